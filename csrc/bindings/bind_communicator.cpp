@@ -1,0 +1,41 @@
+// Communicator bindings. The team factory calls back into torch.distributed.new_group so that
+// sub-groups come from c10d exactly as Python would make them.
+#include <torch/csrc/utils/pybind.h>
+
+#include "bindings/bind.h"
+#include "multidevice/communicator.h"
+
+namespace py = pybind11;
+
+namespace mf {
+
+void bindCommunicator(py::module& m) {
+  py::class_<c10d::Work, c10::intrusive_ptr<c10d::Work>>(m, "Work").def(
+      "wait", [](c10d::Work& w) { return w.wait(); }, py::call_guard<py::gil_scoped_release>());
+  auto comm = py::class_<Communicator, std::unique_ptr<Communicator, py::nodelete>>(m, "_Communicator");
+  comm.def_static("instance", &Communicator::instance, py::return_value_policy::reference)
+      .def("init", &Communicator::init)
+      .def("initialized", &Communicator::initialized)
+      .def("size", &Communicator::size)
+      .def("rank", &Communicator::rank)
+      .def("local_size", &Communicator::localSize)
+      .def("local_rank", &Communicator::localRank)
+      .def("barrier", &Communicator::barrier, py::call_guard<py::gil_scoped_release>())
+      .def("set_team_factory",
+           [](Communicator& c, py::function f) {
+             // Leaked on purpose: the Communicator is a static that outlives the interpreter, and
+             // destroying a Python object then would need the GIL.
+             auto* fn = new py::function(std::move(f));
+             c.setTeamFactory([fn](const std::vector<int64_t>& team) {
+               py::gil_scoped_acquire gil;
+               return (*fn)(team).cast<std::string>();
+             });
+           })
+      .def("create_teams", &Communicator::createTeams)
+      .def("allgather", &Communicator::allgather, py::arg("team"), py::arg("output"), py::arg("input"))
+      .def("reduce_scatter", &Communicator::reduceScatter, py::arg("team"), py::arg("output"), py::arg("input"),
+           py::arg("op") = OpType::Sum)
+      .def("allreduce", &Communicator::allreduce, py::arg("team"), py::arg("tensor"), py::arg("op") = OpType::Sum);
+}
+
+}  // namespace mf

@@ -1,0 +1,125 @@
+// Runtime bindings: executing fusions (with the process-wide executor cache), host programs,
+// output shardings and the profiler.
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
+
+#include <mutex>
+#include <unordered_map>
+
+#include "bindings/bind.h"
+#include "ir/printer.h"
+#include "multidevice/sharding.h"
+#include "runtime/executor.h"
+#include "runtime/profiler.h"
+#include "support/error.h"
+#include "support/options.h"
+
+namespace py = pybind11;
+
+namespace mf {
+namespace {
+
+// Executor caches shared by every definition with the same fingerprint (ops + schedule).
+std::unordered_map<uint64_t, std::shared_ptr<FusionExecutorCache>>& globalCaches() {
+  static std::unordered_map<uint64_t, std::shared_ptr<FusionExecutorCache>> caches;
+  return caches;
+}
+
+// What a FusionDefinition holds on the C++ side.
+class FusionHandle {
+ public:
+  explicit FusionHandle(std::shared_ptr<Fusion> fusion) : fusion_(std::move(fusion)) {}
+
+  std::vector<at::Tensor> execute(const py::list& args) {
+    std::vector<RuntimeValue> inputs;
+    inputs.reserve(args.size());
+    for (const py::handle& a : args) {
+      RuntimeValue rv;
+      if (THPVariable_Check(a.ptr())) {
+        rv.tensor = THPVariable_Unpack(a.ptr());
+      } else if (py::isinstance<py::bool_>(a)) {
+        rv.is_tensor = false;
+        rv.scalar = a.cast<bool>();
+      } else if (py::isinstance<py::int_>(a)) {
+        rv.is_tensor = false;
+        rv.scalar = a.cast<int64_t>();
+      } else if (py::isinstance<py::float_>(a)) {
+        rv.is_tensor = false;
+        rv.scalar = a.cast<double>();
+      } else {
+        MF_USER_ARG_CHECK(false, "execute: input ", inputs.size(), " is a ", std::string(py::str(a.get_type())),
+                          "; expected a torch.Tensor or a Python number");
+      }
+      inputs.push_back(std::move(rv));
+    }
+    FusionExecutorCache& cache = this->cache();
+    py::gil_scoped_release release;
+    return cache.run(inputs);
+  }
+
+  FusionExecutorCache& cache() {
+    if (cache_ == nullptr || version_ != fusion_->version()) {
+      MF_USER_CHECK(fusion_->outputs().size() > 0, "execute: the fusion has no outputs; call add_output");
+      uint64_t fp = fingerprint(*fusion_);
+      auto& slot = globalCaches()[fp];
+      if (slot == nullptr) slot = std::make_shared<FusionExecutorCache>(std::shared_ptr<const Fusion>(fusion_->clone()));
+      cache_ = slot;
+      version_ = fusion_->version();
+    }
+    return *cache_;
+  }
+
+  const FusionExecutor& last() const {
+    MF_USER_CHECK(cache_ && cache_->lastExecutor(), "no program yet: call execute() first");
+    return *cache_->lastExecutor();
+  }
+
+  // Per output: (mesh devices, mesh shape, {parallel type: runtime axis}).
+  py::list outputShardings() const {
+    py::list result;
+    for (const Val* v : last().compiledFusion().outputs()) {
+      auto* tv = static_cast<const TensorView*>(v);
+      py::dict axes;
+      for (ParallelType pt : kDeviceParallelTypes) axes[py::cast(pt)] = shardedAxis(tv, pt);
+      result.append(py::make_tuple(tv->mesh(), axes));
+    }
+    return result;
+  }
+
+ private:
+  std::shared_ptr<Fusion> fusion_;
+  std::shared_ptr<FusionExecutorCache> cache_;
+  int64_t version_ = -1;
+};
+
+}  // namespace
+
+void bindRuntime(py::module& m) {
+  py::class_<FusionHandle>(m, "FusionHandle")
+      .def(py::init<std::shared_ptr<Fusion>>())
+      .def("execute", &FusionHandle::execute)
+      .def("host_program", [](const FusionHandle& h) { return h.last().hostProgram().toString(); })
+      .def("compiled_fusion", [](const FusionHandle& h) { return printFusion(h.last().compiledFusion()); })
+      .def("output_shardings", &FusionHandle::outputShardings)
+      .def("num_executors", [](FusionHandle& h) { return h.cache().numExecutors(); })
+      .def("scheduler_names", [](const FusionHandle& h) {
+        std::vector<std::string> names;
+        for (const auto& s : h.last().hostProgram().segments()) names.push_back(s.scheduler);
+        return names;
+      });
+  m.def("clear_caches", [] { globalCaches().clear(); });
+  m.def("num_cached_definitions", [] { return globalCaches().size(); });
+  m.def("reload_options", &reloadOptions);
+
+  py::class_<ProfileRecorder>(m, "ProfileRecorder")
+      .def(py::init<>())
+      .def("kernels", [](ProfileRecorder& r) {
+        py::list l;
+        for (auto& k : r.kernels()) l.append(py::make_tuple(k.name, k.scheduler));
+        return l;
+      });
+  m.def("start_profiling", [](ProfileRecorder* r) { ProfileRecorder::active() = r; }, py::keep_alive<0, 1>());
+  m.def("stop_profiling", [] { ProfileRecorder::active() = nullptr; });
+}
+
+}  // namespace mf

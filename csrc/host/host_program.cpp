@@ -1,0 +1,72 @@
+#include "host/host_program.h"
+
+#include <sstream>
+
+#include "support/error.h"
+
+namespace mf {
+
+const char* toString(CommunicationType t) {
+  switch (t) {
+    case CommunicationType::Allgather: return "Allgather";
+    case CommunicationType::ReduceScatter: return "ReduceScatter";
+    case CommunicationType::Allreduce: return "Allreduce";
+    case CommunicationType::LocalSlice: return "LocalSlice";
+    case CommunicationType::AllToAll: return "AllToAll";
+    case CommunicationType::Broadcast: return "Broadcast";
+    case CommunicationType::Gather: return "Gather";
+    case CommunicationType::Scatter: return "Scatter";
+    case CommunicationType::SendRecv: return "SendRecv";
+  }
+  MF_THROW_INTERNAL("bad CommunicationType");
+}
+
+namespace {
+std::string ranks(const std::vector<int64_t>& r) {
+  std::string s = "[";
+  for (size_t i = 0; i < r.size(); ++i) s += (i ? " " : "") + std::to_string(r[i]);
+  return s + "]";
+}
+}  // namespace
+
+std::string Communication::toString() const {
+  std::ostringstream ss;
+  ss << mf::toString(type) << " " << output->toString() << " <- " << input->toString() << " on " << mf::toString(pt)
+     << " team=" << ranks(team);
+  if (root >= 0) ss << " root=" << root;
+  if (in_axis >= 0) ss << " in_axis=" << in_axis;
+  if (out_axis >= 0) ss << " out_axis=" << out_axis;
+  if (reduced_axis >= 0) ss << " reduced_axis=" << reduced_axis << " op=" << mf::toString(reduce_op);
+  for (auto [s, r] : pairs) ss << " " << s << "->" << r;
+  return ss.str();
+}
+
+std::string Segment::toString() const {
+  std::string s;
+  for (size_t i = 0; i < exprs.size(); ++i) s += (i ? "; " : "") + exprs[i]->toString();
+  return s;
+}
+
+std::string HostProgram::toString() const {
+  std::ostringstream ss;
+  ss << "HostProgram (rank " << rank_ << ") {\n";
+  for (const HostInstruction& inst : instructions_) {
+    switch (inst.kind) {
+      case HostInstruction::Kind::RunSegment:
+        ss << "  run segment " << inst.index << " (" << segments_[inst.index].scheduler
+           << "): " << segments_[inst.index].toString() << "\n";
+        break;
+      case HostInstruction::Kind::PostCommunication:
+        ss << "  post " << inst.index << ": " << communications_[inst.index].toString() << "\n";
+        break;
+      case HostInstruction::Kind::Wait: ss << "  wait " << inst.index << "\n"; break;
+      case HostInstruction::Kind::Deallocate: ss << "  deallocate " << inst.tv->toString() << "\n"; break;
+    }
+  }
+  ss << "  outputs:";
+  for (Val* v : fusion_->outputs()) ss << " " << v->toString();
+  ss << "\n}\n";
+  return ss.str();
+}
+
+}  // namespace mf

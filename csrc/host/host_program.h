@@ -1,0 +1,74 @@
+// The per-rank host program: what one rank runs, in order. Compute segments (runs of
+// non-resharding exprs), communications (one per resharding expr), waits and deallocations.
+// Plain C++: the runtime interprets it with ATen and c10d.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ir/fusion.h"
+
+namespace mf {
+
+enum class CommunicationType { Allgather, ReduceScatter, Allreduce, LocalSlice, AllToAll, Broadcast, Gather, Scatter, SendRecv };
+const char* toString(CommunicationType t);
+
+struct Communication {
+  CommunicationType type = CommunicationType::Allgather;
+  TensorView* input = nullptr;
+  TensorView* output = nullptr;
+  ParallelType pt = ParallelType::DIDx;
+  std::vector<int64_t> team;  // ranks, in mesh order; empty when this rank takes no part
+  int64_t root = -1;          // Broadcast/Gather/Scatter: root rank
+  OpType reduce_op = OpType::Sum;
+  int64_t in_axis = -1;       // input runtime axis that is split across the team (AllToAll, SendRecv)
+  int64_t out_axis = -1;      // output runtime axis that is split across the team (gathered/scattered)
+  int64_t reduced_axis = -1;  // input runtime axis holding the per-device partials (reductions)
+  // For SendRecv: pairs (sender, receiver).
+  std::vector<std::pair<int64_t, int64_t>> pairs;
+  std::string toString() const;
+};
+
+struct Segment {
+  std::vector<Expr*> exprs;
+  std::string scheduler = "expr_eval";  // "pointwise"/"reduction" when a generated kernel runs it
+  std::string toString() const;
+};
+
+struct HostInstruction {
+  enum class Kind { RunSegment, PostCommunication, Wait, Deallocate };
+  Kind kind;
+  int64_t index = -1;       // segment or communication index
+  TensorView* tv = nullptr;  // Deallocate
+};
+
+class HostProgram {
+ public:
+  HostProgram(std::unique_ptr<Fusion> fusion, int64_t rank) : fusion_(std::move(fusion)), rank_(rank) {}
+  Fusion& fusion() const { return *fusion_; }
+  int64_t rank() const { return rank_; }
+  std::vector<Segment>& segments() { return segments_; }
+  const std::vector<Segment>& segments() const { return segments_; }
+  std::vector<Communication>& communications() { return communications_; }
+  const std::vector<Communication>& communications() const { return communications_; }
+  std::vector<HostInstruction>& instructions() { return instructions_; }
+  const std::vector<HostInstruction>& instructions() const { return instructions_; }
+  // Every team any rank uses, in the same order on all ranks (c10d groups are created from it).
+  std::vector<std::vector<int64_t>>& teams() { return teams_; }
+  const std::vector<std::vector<int64_t>>& teams() const { return teams_; }
+  std::string toString() const;
+
+ private:
+  std::unique_ptr<Fusion> fusion_;
+  int64_t rank_;
+  std::vector<Segment> segments_;
+  std::vector<Communication> communications_;
+  std::vector<HostInstruction> instructions_;
+  std::vector<std::vector<int64_t>> teams_;
+};
+
+// Lowers a fusion that went through the pass pipeline into `rank`'s host program.
+std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, int64_t rank);
+
+}  // namespace mf

@@ -1,0 +1,216 @@
+// Lowering a pass-pipeline-processed Fusion to one rank's host program.
+// Requires: every resharding expr is a single `set` or a single-axis device reduction
+//   (decompose_reshardings).
+// Guarantees: compute exprs are grouped into segments in topological order; each resharding expr
+//   becomes one Communication chosen by the table of DESIGN.md section 6, with its team taken from
+//   the mesh slice along the parallel type that changes; a Wait sits right before the first use of
+//   a communication's output; a Deallocate follows each intermediate's last use. Exprs whose
+//   output mesh excludes this rank are dropped.
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "host/host_program.h"
+#include "ir/domain_map.h"
+#include "multidevice/sharding.h"
+#include "support/error.h"
+
+namespace mf {
+namespace {
+
+int64_t runtimeAxisOf(const TensorView* tv, const IterDomain* logical_id) {
+  auto ids = tv->logicalNoReductions();
+  auto it = std::find(ids.begin(), ids.end(), logical_id);
+  return it == ids.end() ? -1 : static_cast<int64_t>(it - ids.begin());
+}
+
+void addTeams(HostProgram& hp, const DeviceMesh& mesh, ParallelType pt) {
+  for (auto& team : mesh.allSlices(pt)) {
+    if (std::find(hp.teams().begin(), hp.teams().end(), team) == hp.teams().end()) hp.teams().push_back(team);
+  }
+}
+
+void addTeam(HostProgram& hp, std::vector<int64_t> team) {
+  if (std::find(hp.teams().begin(), hp.teams().end(), team) == hp.teams().end()) hp.teams().push_back(team);
+}
+
+std::vector<int64_t> unionSorted(const std::vector<int64_t>& a, const std::vector<int64_t>& b) {
+  std::set<int64_t> s(a.begin(), a.end());
+  s.insert(b.begin(), b.end());
+  return {s.begin(), s.end()};
+}
+
+Communication lowerResharding(HostProgram& hp, Expr* e, int64_t rank) {
+  Communication c;
+  c.input = static_cast<TensorView*>(e->input(0));
+  c.output = e->out();
+  TensorView* p = c.input;
+  TensorView* q = c.output;
+  auto changed = reshardedTypes(e, 0);
+  MF_CHECK(changed.size() == 1, "resharding expr ", e->toString(), " changes ", changed.size(), " parallel types");
+  ParallelType pt = changed[0];
+  c.pt = pt;
+  bool same_mesh = p->mesh() == q->mesh();
+  bool p_sharded = shardedLoopId(p, pt) != nullptr;
+  bool q_sharded = shardedLoopId(q, pt) != nullptr;
+  auto p2c = mapProducerToConsumer(e, 0);
+  auto in_mesh_team = [&](const DeviceMesh& mesh) {
+    return mesh.has(rank) ? mesh.slice(rank, pt) : std::vector<int64_t>{};
+  };
+
+  if (isReduction(e->op())) {
+    MF_USER_CHECK(same_mesh, e->toString(), ": reducing across devices from mesh ", p->mesh().toString(), " into mesh ",
+                  q->mesh().toString(), " is not supported; reduce on the producer's mesh, then set to the other mesh");
+    c.reduce_op = e->op();
+    // The producer's device axis holds the partials.
+    c.reduced_axis = shardedAxis(p, pt);
+    MF_CHECK(c.reduced_axis >= 0, "device reduction without a sharded producer axis: ", e->toString());
+    addTeams(hp, p->mesh(), pt);
+    c.team = in_mesh_team(p->mesh());
+    if (q_sharded) {
+      c.type = CommunicationType::ReduceScatter;
+      c.out_axis = shardedAxis(q, pt);
+    } else {
+      c.type = CommunicationType::Allreduce;
+    }
+    return c;
+  }
+  MF_CHECK(e->op() == OpType::Set, "resharding expr is neither set nor device reduction: ", e->toString());
+  if (same_mesh) {
+    addTeams(hp, p->mesh(), pt);
+    c.team = in_mesh_team(p->mesh());
+    if (p_sharded && !q_sharded) {
+      c.type = CommunicationType::Allgather;
+      c.out_axis = p2c[shardedAxis(p, pt)];
+    } else if (!p_sharded && q_sharded) {
+      c.type = CommunicationType::LocalSlice;
+      c.out_axis = shardedAxis(q, pt);
+    } else {
+      DeviceSplit ps = deviceSplit(p, pt);
+      DeviceSplit qs = deviceSplit(q, pt);
+      MF_USER_CHECK(!ps.whole_axis && !qs.whole_axis, e->toString(), ": AllToAll needs loop-split shardings on both sides");
+      c.type = CommunicationType::AllToAll;
+      c.in_axis = p2c[ps.axis];  // in consumer axis numbering (set keeps the shape)
+      c.out_axis = qs.axis;
+    }
+    return c;
+  }
+  // Different meshes: 1-D meshes only for now.
+  MF_USER_CHECK(p->mesh().rank() == 1 && q->mesh().rank() == 1, e->toString(), ": resharding between different meshes ",
+                p->mesh().toString(), " and ", q->mesh().toString(), " supports 1-D meshes only");
+  const auto& senders = p->mesh().devices();
+  const auto& receivers = q->mesh().devices();
+  if (!p_sharded && !q_sharded) {
+    c.type = CommunicationType::Broadcast;
+    c.root = senders[0];
+    auto team = unionSorted(receivers, {c.root});
+    addTeam(hp, team);
+    c.team = std::find(team.begin(), team.end(), rank) != team.end() ? team : std::vector<int64_t>{};
+  } else if (p_sharded && q_sharded) {
+    DeviceSplit ps = deviceSplit(p, pt);
+    DeviceSplit qs = deviceSplit(q, pt);
+    MF_USER_CHECK(p2c[ps.axis] == qs.axis && senders.size() == receivers.size(), e->toString(),
+                  ": between different meshes, a sharded tensor can move only to a mesh of the same size on the same "
+                  "axis; got ", p->mesh().toString(), " axis ", ps.axis, " -> ", q->mesh().toString(), " axis ", qs.axis);
+    c.type = CommunicationType::SendRecv;
+    c.out_axis = qs.axis;
+    for (size_t i = 0; i < senders.size(); ++i) {
+      c.pairs.emplace_back(senders[i], receivers[i]);
+      if (senders[i] != receivers[i]) addTeam(hp, unionSorted({senders[i]}, {receivers[i]}));
+      if (senders[i] == rank || receivers[i] == rank) c.team = unionSorted({senders[i]}, {receivers[i]});
+    }
+  } else if (p_sharded) {
+    c.type = CommunicationType::Gather;
+    c.out_axis = p2c[shardedAxis(p, pt)];
+    for (int64_t r : receivers) addTeam(hp, unionSorted(senders, {r}));
+    // One gather per receiver; the runtime walks `pairs` (root, unused) in order.
+    for (int64_t r : receivers) c.pairs.emplace_back(r, -1);
+    c.team = unionSorted(senders, receivers);
+  } else {
+    c.type = CommunicationType::Scatter;
+    c.root = senders[0];
+    c.out_axis = shardedAxis(q, pt);
+    auto team = unionSorted(receivers, {c.root});
+    addTeam(hp, team);
+    c.team = std::find(team.begin(), team.end(), rank) != team.end() ? team : std::vector<int64_t>{};
+  }
+  return c;
+}
+
+bool participates(const TensorView* tv, int64_t rank) { return !tv->hasMesh() || tv->mesh().has(rank); }
+
+}  // namespace
+
+std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, int64_t rank) {
+  auto hp = std::make_unique<HostProgram>(std::move(fusion), rank);
+  Fusion& f = hp->fusion();
+  std::map<const Val*, int64_t> pending;  // communication output -> communication index
+  std::vector<HostInstruction>& insts = hp->instructions();
+  int64_t open_segment = -1;
+  auto wait_for = [&](const std::vector<Val*>& vals) {
+    for (Val* v : vals) {
+      auto it = pending.find(v);
+      if (it == pending.end()) continue;
+      insts.push_back({HostInstruction::Kind::Wait, it->second, nullptr});
+      open_segment = -1;
+      pending.erase(it);
+    }
+  };
+  for (Expr* e : f.exprs()) {
+    if (isResharding(e)) {
+      Communication c = lowerResharding(*hp, e, rank);
+      if (c.team.empty() && c.type != CommunicationType::Gather) continue;
+      if (c.type == CommunicationType::Gather && std::find(c.team.begin(), c.team.end(), rank) == c.team.end()) continue;
+      wait_for(e->inputs());
+      hp->communications().push_back(c);
+      int64_t index = static_cast<int64_t>(hp->communications().size()) - 1;
+      insts.push_back({HostInstruction::Kind::PostCommunication, index, nullptr});
+      pending[e->out()] = index;
+      open_segment = -1;
+      continue;
+    }
+    if (!participates(e->out(), rank)) continue;
+    wait_for(e->inputs());
+    if (open_segment < 0) {
+      hp->segments().emplace_back();
+      open_segment = static_cast<int64_t>(hp->segments().size()) - 1;
+      insts.push_back({HostInstruction::Kind::RunSegment, open_segment, nullptr});
+    }
+    hp->segments()[open_segment].exprs.push_back(e);
+  }
+  std::vector<Val*> remaining;
+  for (auto& [v, index] : pending) remaining.push_back(const_cast<Val*>(v));
+  // Deterministic order of the final waits: by communication index.
+  std::sort(remaining.begin(), remaining.end(), [&](Val* a, Val* b) { return pending[a] < pending[b]; });
+  wait_for(remaining);
+
+  // Deallocate intermediates after their last use.
+  std::map<const Val*, size_t> last_use;
+  for (size_t i = 0; i < insts.size(); ++i) {
+    const HostInstruction& inst = insts[i];
+    if (inst.kind == HostInstruction::Kind::RunSegment) {
+      for (Expr* e : hp->segments()[inst.index].exprs) {
+        for (Val* in : e->inputs()) last_use[in] = i;
+      }
+    } else if (inst.kind == HostInstruction::Kind::PostCommunication) {
+      last_use[hp->communications()[inst.index].input] = i;
+    } else if (inst.kind == HostInstruction::Kind::Wait) {
+      // The input of a communication lives until its wait.
+      last_use[hp->communications()[inst.index].input] = i;
+    }
+  }
+  std::vector<HostInstruction> with_frees;
+  for (size_t i = 0; i < insts.size(); ++i) {
+    with_frees.push_back(insts[i]);
+    std::vector<TensorView*> dead;
+    for (auto& [v, idx] : last_use) {
+      if (idx == i && v->isTensor() && !f.isInput(v) && !f.isOutput(v)) dead.push_back(static_cast<TensorView*>(const_cast<Val*>(v)));
+    }
+    std::sort(dead.begin(), dead.end(), [](TensorView* a, TensorView* b) { return a->name() < b->name(); });
+    for (TensorView* tv : dead) with_frees.push_back({HostInstruction::Kind::Deallocate, -1, tv});
+  }
+  insts = with_frees;
+  return hp;
+}
+
+}  // namespace mf

@@ -1,0 +1,67 @@
+// Fusion: an SSA DAG of Exprs over Vals with inputs and outputs. It owns every node it creates;
+// nodes are never freed individually (a pass that drops an expr just unlinks it).
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/nodes.h"
+
+namespace mf {
+
+class Fusion {
+ public:
+  Fusion() = default;
+  Fusion(const Fusion&) = delete;
+  Fusion& operator=(const Fusion&) = delete;
+
+  // Node creation.
+  IterDomain* newIterDomain(Extent extent, IterType type);
+  IterDomain* cloneIterDomain(const IterDomain* id);  // same extent, type and parallel type
+  IdTransform* newTransform(IdTransform::Kind kind, std::vector<IterDomain*> in, std::vector<IterDomain*> out,
+                            int64_t factor, bool inner_split);
+  TensorView* newTensor(DataType dtype, std::vector<IterDomain*> logical);
+  Scalar* newScalar(DataType dtype, std::optional<double> value);
+  Expr* newExpr(OpType op, std::vector<Val*> inputs, std::vector<Val*> outputs, ExprAttrs attrs = {});
+  Extent newSymbol();  // a fresh symbolic extent s0, s1, ...
+
+  // Bumped by every change to the definition or schedule (executor caches key on a fingerprint
+  // recomputed only when it moved).
+  int64_t version() const { return version_; }
+  void bump() { ++version_; }
+
+  // Rewires: `e` no longer defines its outputs or uses its inputs.
+  void unlink(Expr* e);
+  // Makes `consumer_expr` read `replacement` where it read `original`.
+  void replaceInputOf(Expr* consumer_expr, Val* original, Val* replacement);
+
+  void addInput(Val* v);
+  void addOutput(Val* v);
+  const std::vector<Val*>& inputs() const { return inputs_; }
+  const std::vector<Val*>& outputs() const { return outputs_; }
+  bool isInput(const Val* v) const;
+  bool isOutput(const Val* v) const;
+
+  // Exprs that outputs depend on, producers before consumers, in a deterministic order.
+  std::vector<Expr*> exprs() const;
+  // TensorViews reachable from outputs (inputs included), in topological order.
+  std::vector<TensorView*> allTensors() const;
+
+  // A deep copy. `map` (optional) receives old -> new for Vals.
+  std::unique_ptr<Fusion> clone(std::unordered_map<const Val*, Val*>* map = nullptr) const;
+
+ private:
+  std::vector<std::unique_ptr<IterDomain>> ids_;
+  std::vector<std::unique_ptr<IdTransform>> transforms_;
+  std::vector<std::unique_ptr<Val>> vals_;
+  std::vector<std::unique_ptr<Expr>> exprs_;
+  std::vector<Val*> inputs_;
+  std::vector<Val*> outputs_;
+  int64_t version_ = 0;
+  int64_t next_symbol_ = 0;
+  int64_t next_tensor_name_ = 0;
+  int64_t next_scalar_name_ = 0;
+};
+
+}  // namespace mf

@@ -1,0 +1,377 @@
+#include "ir/ops.h"
+
+#include <algorithm>
+#include <set>
+
+#include "support/error.h"
+
+namespace mf {
+namespace {
+
+IterDomain* freshLike(Fusion& f, const IterDomain* id, IterType type) { return f.newIterDomain(id->extent(), type); }
+
+TensorView* newOutput(Fusion& f, DataType dtype, const std::vector<IterDomain*>& ids) { return f.newTensor(dtype, ids); }
+
+std::string shapeString(const TensorView* tv) {
+  std::string s = "[";
+  auto ids = tv->logicalNoReductions();
+  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + ids[i]->extent().toString();
+  return s + "]";
+}
+
+Fusion& fusionOf(std::initializer_list<Val*> vals) {
+  for (Val* v : vals) {
+    if (v != nullptr) return *v->fusion();
+  }
+  MF_THROW_INTERNAL("op without operands");
+}
+
+}  // namespace
+
+TensorView* defineTensor(Fusion& f, const std::vector<int64_t>& shape, DataType dtype,
+                         const std::vector<bool>& contiguity, const std::vector<int64_t>& stride_order) {
+  std::vector<IterDomain*> ids;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    int64_t s = shape[i];
+    MF_USER_ARG_CHECK(s == -1 || s >= 0, "define_tensor: axis ", i, " has extent ", s, "; expected -1 (symbolic) or >= 0");
+    if (s == -1) ids.push_back(f.newIterDomain(f.newSymbol(), IterType::Iteration));
+    else ids.push_back(f.newIterDomain(Extent{s, ""}, s == 1 ? IterType::Broadcast : IterType::Iteration));
+  }
+  MF_USER_ARG_CHECK(contiguity.empty() || contiguity.size() == shape.size(), "define_tensor: contiguity has ",
+                    contiguity.size(), " entries but the shape has ", shape.size(), " axes");
+  if (!stride_order.empty()) {
+    MF_USER_ARG_CHECK(stride_order.size() == shape.size(), "define_tensor: stride_order has ", stride_order.size(),
+                      " entries but the shape has ", shape.size(), " axes");
+    std::vector<int64_t> sorted = stride_order;
+    std::sort(sorted.begin(), sorted.end());
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      MF_USER_ARG_CHECK(sorted[i] == static_cast<int64_t>(i), "define_tensor: stride_order must be a permutation of 0..",
+                        shape.size() - 1);
+    }
+  }
+  TensorView* tv = f.newTensor(dtype, ids);
+  tv->setContiguity(contiguity);
+  tv->setStrideOrder(stride_order);
+  f.addInput(tv);
+  return tv;
+}
+
+Scalar* defineScalar(Fusion& f, DataType dtype, std::optional<double> value) {
+  Scalar* s = f.newScalar(dtype, value);
+  if (!value.has_value()) f.addInput(s);
+  return s;
+}
+
+TensorView* unaryOp(OpType op, TensorView* x) {
+  MF_CHECK(isUnary(op) && op != OpType::Cast, "not a unary op: ", toString(op));
+  Fusion& f = *x->fusion();
+  std::vector<IterDomain*> ids;
+  for (IterDomain* id : x->logicalNoReductions()) ids.push_back(freshLike(f, id, id->iterType()));
+  DataType dt = x->dtype();
+  if (op != OpType::Set && op != OpType::Neg && op != OpType::Abs && op != OpType::Relu && !isFloatingPoint(dt)) {
+    dt = DataType::Float;  // exp(int) is float in PyTorch
+  }
+  TensorView* out = newOutput(f, dt, ids);
+  f.newExpr(op, {x}, {out});
+  return out;
+}
+
+TensorView* castOp(TensorView* x, DataType dtype) {
+  Fusion& f = *x->fusion();
+  std::vector<IterDomain*> ids;
+  for (IterDomain* id : x->logicalNoReductions()) ids.push_back(freshLike(f, id, id->iterType()));
+  TensorView* out = newOutput(f, dtype, ids);
+  ExprAttrs attrs;
+  attrs.dtype = dtype;
+  f.newExpr(OpType::Cast, {x}, {out}, attrs);
+  return out;
+}
+
+namespace {
+// Output axes of a broadcasting n-ary op. Returns ids; checks constant extents agree.
+std::vector<IterDomain*> broadcastShapes(Fusion& f, OpType op, const std::vector<Val*>& operands) {
+  size_t rank = 0;
+  for (Val* v : operands) {
+    if (v->isTensor()) rank = std::max(rank, static_cast<TensorView*>(v)->logicalNoReductions().size());
+  }
+  std::vector<IterDomain*> out(rank, nullptr);
+  for (size_t k = 0; k < rank; ++k) {
+    const IterDomain* pick = nullptr;
+    for (size_t oi = 0; oi < operands.size(); ++oi) {
+      Val* v = operands[oi];
+      if (!v->isTensor()) continue;
+      auto ids = static_cast<TensorView*>(v)->logicalNoReductions();
+      int64_t pos = static_cast<int64_t>(k) - static_cast<int64_t>(rank - ids.size());
+      if (pos < 0) continue;
+      const IterDomain* id = ids[pos];
+      if (pick == nullptr || pick->isBroadcast()) {
+        if (pick != nullptr && pick->isBroadcast() && !id->isBroadcast()) pick = id;
+        else if (pick == nullptr) pick = id;
+        continue;
+      }
+      if (id->isBroadcast()) continue;
+      MF_USER_CHECK(!(pick->extent().isConst() && id->extent().isConst() && pick->extent().value != id->extent().value),
+                    toString(op), ": operand ", oi, " (", v->toString(), ") has extent ", id->extent().value,
+                    " at output axis ", k, " but another operand has ", pick->extent().value,
+                    "; extents must match or be 1");
+      if (!pick->extent().isConst() && id->extent().isConst()) pick = id;
+    }
+    out[k] = freshLike(f, pick, pick->isBroadcast() ? IterType::Broadcast : IterType::Iteration);
+  }
+  return out;
+}
+
+DataType resultType(const std::vector<Val*>& operands) {
+  std::optional<DataType> tensor_type;
+  std::optional<DataType> scalar_type;
+  for (Val* v : operands) {
+    auto& slot = v->isTensor() ? tensor_type : scalar_type;
+    slot = slot ? promote(*slot, v->dtype()) : v->dtype();
+  }
+  if (!tensor_type) return *scalar_type;
+  if (!scalar_type) return *tensor_type;
+  // A scalar only matters when it is of a higher category (float scalar with an int tensor).
+  bool scalar_wins = (isFloatingPoint(*scalar_type) && !isFloatingPoint(*tensor_type)) ||
+                     (isIntegral(*scalar_type) && *tensor_type == DataType::Bool);
+  return scalar_wins ? (isFloatingPoint(*scalar_type) ? DataType::Float : DataType::Int) : *tensor_type;
+}
+}  // namespace
+
+TensorView* binaryOp(OpType op, Val* a, Val* b) {
+  MF_CHECK(isBinary(op), "not a binary op: ", toString(op));
+  MF_USER_ARG_CHECK(a->isTensor() || b->isTensor(), toString(op), ": at least one operand must be a tensor");
+  Fusion& f = fusionOf({a, b});
+  std::vector<IterDomain*> ids = broadcastShapes(f, op, {a, b});
+  DataType dt = isComparison(op) ? DataType::Bool : resultType({a, b});
+  if (op == OpType::Div && !isFloatingPoint(dt)) dt = DataType::Float;  // true division
+  TensorView* out = newOutput(f, dt, ids);
+  f.newExpr(op, {a, b}, {out});
+  return out;
+}
+
+TensorView* whereOp(Val* cond, Val* a, Val* b) {
+  MF_USER_ARG_CHECK(cond->isTensor() || a->isTensor() || b->isTensor(), "where: at least one operand must be a tensor");
+  Fusion& f = fusionOf({cond, a, b});
+  std::vector<IterDomain*> ids = broadcastShapes(f, OpType::Where, {cond, a, b});
+  TensorView* out = newOutput(f, resultType({a, b}), ids);
+  f.newExpr(OpType::Where, {cond, a, b}, {out});
+  return out;
+}
+
+TensorView* reductionOp(OpType op, TensorView* x, std::vector<int64_t> dims, std::optional<DataType> dtype) {
+  MF_CHECK(isReduction(op), "not a reduction: ", toString(op));
+  Fusion& f = *x->fusion();
+  auto in_ids = x->logicalNoReductions();
+  int64_t rank = static_cast<int64_t>(in_ids.size());
+  std::set<int64_t> reduced;
+  for (int64_t d : dims) {
+    int64_t a = d < 0 ? d + rank : d;
+    MF_USER_ARG_CHECK(a >= 0 && a < rank, toString(op), ": dim ", d, " is out of range for ", x->toString(), " of rank ", rank);
+    MF_USER_ARG_CHECK(reduced.insert(a).second, toString(op), ": dim ", d, " of ", x->toString(), " is given twice");
+  }
+  std::vector<IterDomain*> ids;
+  for (int64_t a = 0; a < rank; ++a) {
+    ids.push_back(freshLike(f, in_ids[a], reduced.count(a) ? IterType::Reduction : in_ids[a]->iterType()));
+  }
+  DataType dt = dtype.value_or(x->dtype());
+  if (op == OpType::Sum && !dtype && (x->dtype() == DataType::Bool || x->dtype() == DataType::Int32)) dt = DataType::Int;
+  TensorView* out = newOutput(f, dt, ids);
+  ExprAttrs attrs;
+  attrs.dims.assign(reduced.begin(), reduced.end());
+  attrs.dtype = dt;
+  f.newExpr(op, {x}, {out}, attrs);
+  return out;
+}
+
+TensorView* broadcastInDim(TensorView* x, const std::vector<int64_t>& shape, const std::vector<int64_t>& bdims) {
+  Fusion& f = *x->fusion();
+  auto in_ids = x->logicalNoReductions();
+  MF_USER_ARG_CHECK(bdims.size() == in_ids.size(), "broadcast_in_dim: broadcast_dims has ", bdims.size(),
+                    " entries but ", x->toString(), " has ", in_ids.size(), " axes");
+  std::vector<IterDomain*> ids(shape.size(), nullptr);
+  for (size_t i = 0; i < bdims.size(); ++i) {
+    int64_t o = bdims[i];
+    MF_USER_ARG_CHECK(o >= 0 && o < static_cast<int64_t>(shape.size()), "broadcast_in_dim: broadcast_dims[", i, "] = ", o,
+                      " is out of range for an output of rank ", shape.size());
+    MF_USER_ARG_CHECK(i == 0 || bdims[i] > bdims[i - 1], "broadcast_in_dim: broadcast_dims must be increasing");
+    const IterDomain* id = in_ids[i];
+    bool expand = id->isBroadcast() && shape[o] != 1;
+    MF_USER_ARG_CHECK(expand || shape[o] == -1 || !id->extent().isConst() || id->extent().value == shape[o],
+                      "broadcast_in_dim: input axis ", i, " of ", x->toString(), " has extent ", id->extent().toString(),
+                      " but output axis ", o, " asks for ", shape[o]);
+    MF_USER_ARG_CHECK(!(expand && shape[o] < 0), "broadcast_in_dim: output axis ", o,
+                      " expands a broadcast axis and needs a concrete extent; got ", shape[o]);
+    if (expand) ids[o] = f.newIterDomain(Extent{shape[o], ""}, IterType::Broadcast);
+    else ids[o] = freshLike(f, id, id->iterType());
+  }
+  for (size_t o = 0; o < shape.size(); ++o) {
+    if (ids[o] != nullptr) continue;
+    MF_USER_ARG_CHECK(shape[o] >= 0, "broadcast_in_dim: new output axis ", o, " needs a concrete extent; got ", shape[o]);
+    ids[o] = f.newIterDomain(Extent{shape[o], ""}, IterType::Broadcast);
+  }
+  TensorView* out = newOutput(f, x->dtype(), ids);
+  ExprAttrs attrs;
+  attrs.dims = bdims;
+  attrs.shape = shape;
+  f.newExpr(OpType::BroadcastInDim, {x}, {out}, attrs);
+  return out;
+}
+
+TensorView* squeeze(TensorView* x, std::vector<int64_t> dims) {
+  Fusion& f = *x->fusion();
+  auto in_ids = x->logicalNoReductions();
+  int64_t rank = static_cast<int64_t>(in_ids.size());
+  std::set<int64_t> drop;
+  for (int64_t d : dims) {
+    int64_t a = d < 0 ? d + rank : d;
+    MF_USER_ARG_CHECK(a >= 0 && a < rank, "squeeze: dim ", d, " is out of range for ", x->toString(), " of rank ", rank);
+    MF_USER_ARG_CHECK(in_ids[a]->extent().isConst() && in_ids[a]->extent().value == 1, "squeeze: axis ", a, " of ",
+                      x->toString(), " has extent ", in_ids[a]->extent().toString(), "; only extent-1 axes can be squeezed");
+    drop.insert(a);
+  }
+  std::vector<IterDomain*> ids;
+  for (int64_t a = 0; a < rank; ++a) {
+    if (!drop.count(a)) ids.push_back(freshLike(f, in_ids[a], in_ids[a]->iterType()));
+  }
+  TensorView* out = newOutput(f, x->dtype(), ids);
+  ExprAttrs attrs;
+  attrs.dims.assign(drop.begin(), drop.end());
+  f.newExpr(OpType::Squeeze, {x}, {out}, attrs);
+  return out;
+}
+
+TensorView* permute(TensorView* x, const std::vector<int64_t>& dims) {
+  Fusion& f = *x->fusion();
+  auto in_ids = x->logicalNoReductions();
+  int64_t rank = static_cast<int64_t>(in_ids.size());
+  MF_USER_ARG_CHECK(static_cast<int64_t>(dims.size()) == rank, "permute: ", dims.size(), " dims given for ", x->toString(),
+                    " of rank ", rank);
+  std::vector<int64_t> norm;
+  std::set<int64_t> seen;
+  for (int64_t d : dims) {
+    int64_t a = d < 0 ? d + rank : d;
+    MF_USER_ARG_CHECK(a >= 0 && a < rank && seen.insert(a).second, "permute: dims must be a permutation of 0..", rank - 1);
+    norm.push_back(a);
+  }
+  std::vector<IterDomain*> ids;
+  for (int64_t a : norm) ids.push_back(freshLike(f, in_ids[a], in_ids[a]->iterType()));
+  TensorView* out = newOutput(f, x->dtype(), ids);
+  ExprAttrs attrs;
+  attrs.dims = norm;
+  f.newExpr(OpType::Permute, {x}, {out}, attrs);
+  return out;
+}
+
+TensorView* reshape(TensorView* x, const std::vector<int64_t>& shape) {
+  Fusion& f = *x->fusion();
+  auto in_ids = x->logicalNoReductions();
+  int64_t known = 1;
+  bool all_const = true;
+  for (IterDomain* id : in_ids) {
+    if (id->extent().isConst()) known *= id->extent().value;
+    else all_const = false;
+  }
+  int64_t infer = -1;
+  int64_t prod = 1;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == -1) {
+      MF_USER_ARG_CHECK(infer < 0, "reshape: at most one -1 in the new shape of ", x->toString());
+      infer = static_cast<int64_t>(i);
+    } else {
+      MF_USER_ARG_CHECK(shape[i] > 0, "reshape: new shape axis ", i, " has extent ", shape[i]);
+      prod *= shape[i];
+    }
+  }
+  std::vector<int64_t> resolved = shape;
+  if (all_const) {
+    if (infer >= 0) {
+      MF_USER_ARG_CHECK(prod > 0 && known % prod == 0, "reshape: cannot infer -1 for ", x->toString(), " of shape ",
+                        shapeString(x), " into ", prod, "-element pieces");
+      resolved[infer] = known / prod;
+    } else {
+      MF_USER_ARG_CHECK(prod == known, "reshape: ", x->toString(), " has shape ", shapeString(x), " (", known,
+                        " elements) but the new shape has ", prod, " elements");
+    }
+  } else {
+    MF_USER_ARG_CHECK(false, "reshape: ", x->toString(), " has symbolic extents ", shapeString(x),
+                      "; reshape needs concrete input extents in this version");
+  }
+  std::vector<IterDomain*> ids;
+  for (int64_t s : resolved) ids.push_back(f.newIterDomain(Extent{s, ""}, s == 1 ? IterType::Broadcast : IterType::Iteration));
+  TensorView* out = newOutput(f, x->dtype(), ids);
+  ExprAttrs attrs;
+  attrs.shape = resolved;
+  f.newExpr(OpType::Reshape, {x}, {out}, attrs);
+  return out;
+}
+
+TensorView* matmul(TensorView* a, TensorView* b) {
+  Fusion& f = *a->fusion();
+  auto ai = a->logicalNoReductions();
+  auto bi = b->logicalNoReductions();
+  MF_USER_ARG_CHECK(ai.size() >= 1 && bi.size() >= 1, "matmul: operands need at least one axis");
+  MF_USER_ARG_CHECK(a->dtype() == b->dtype(), "matmul: operand dtypes differ: ", toString(a->dtype()), " vs ",
+                    toString(b->dtype()));
+  const IterDomain* ka = ai.back();
+  const IterDomain* kb = bi.size() == 1 ? bi[0] : bi[bi.size() - 2];
+  MF_USER_CHECK(!(ka->extent().isConst() && kb->extent().isConst() && ka->extent().value != kb->extent().value),
+                "matmul: contraction extents differ: ", a->toString(), " has K = ", ka->extent().value, " (last axis), ",
+                b->toString(), " has K = ", kb->extent().value);
+  std::vector<IterDomain*> ids;
+  // Batch axes broadcast like a binary op.
+  size_t a_batch = ai.size() >= 2 ? ai.size() - 2 : 0;
+  size_t b_batch = bi.size() >= 2 ? bi.size() - 2 : 0;
+  size_t batch = std::max(a_batch, b_batch);
+  for (size_t k = 0; k < batch; ++k) {
+    const IterDomain* pick = nullptr;
+    int64_t pa = static_cast<int64_t>(k) - static_cast<int64_t>(batch - a_batch);
+    int64_t pb = static_cast<int64_t>(k) - static_cast<int64_t>(batch - b_batch);
+    if (pa >= 0) pick = ai[pa];
+    if (pb >= 0 && (pick == nullptr || pick->isBroadcast())) pick = bi[pb];
+    ids.push_back(freshLike(f, pick, pick->iterType()));
+  }
+  if (ai.size() >= 2) ids.push_back(freshLike(f, ai[ai.size() - 2], ai[ai.size() - 2]->iterType()));
+  if (bi.size() >= 2) ids.push_back(freshLike(f, bi.back(), bi.back()->iterType()));
+  ids.push_back(freshLike(f, ka, IterType::Reduction));
+  TensorView* out = newOutput(f, a->dtype(), ids);
+  f.newExpr(OpType::Matmul, {a, b}, {out});
+  return out;
+}
+
+TensorView* linear(TensorView* x, TensorView* w, TensorView* bias) {
+  Fusion& f = *x->fusion();
+  auto xi = x->logicalNoReductions();
+  auto wi = w->logicalNoReductions();
+  MF_USER_ARG_CHECK(xi.size() >= 1, "linear: input ", x->toString(), " needs at least one axis");
+  MF_USER_ARG_CHECK(wi.size() == 1 || wi.size() == 2, "linear: weight ", w->toString(), " must be 1-D or 2-D; got ",
+                    wi.size(), "-D");
+  MF_USER_ARG_CHECK(x->dtype() == w->dtype(), "linear: input and weight dtypes differ: ", toString(x->dtype()), " vs ",
+                    toString(w->dtype()));
+  const IterDomain* kx = xi.back();
+  const IterDomain* kw = wi.back();
+  MF_USER_CHECK(!(kx->extent().isConst() && kw->extent().isConst() && kx->extent().value != kw->extent().value),
+                "linear: input ", x->toString(), " has in_features ", kx->extent().value, " (last axis) but weight ",
+                w->toString(), " has ", kw->extent().value, " (last axis)");
+  std::vector<IterDomain*> ids;
+  for (size_t i = 0; i + 1 < xi.size(); ++i) ids.push_back(freshLike(f, xi[i], xi[i]->iterType()));
+  if (wi.size() == 2) ids.push_back(freshLike(f, wi[0], wi[0]->iterType()));
+  ids.push_back(freshLike(f, kx, IterType::Reduction));
+  if (bias != nullptr) {
+    auto bi = bias->logicalNoReductions();
+    MF_USER_ARG_CHECK(bi.size() <= 1, "linear: bias ", bias->toString(), " must be 0-D or 1-D; got ", bi.size(), "-D");
+    MF_USER_ARG_CHECK(bias->dtype() == x->dtype(), "linear: bias dtype ", toString(bias->dtype()), " differs from input dtype ",
+                      toString(x->dtype()));
+    if (bi.size() == 1 && wi.size() == 2) {
+      MF_USER_CHECK(!(bi[0]->extent().isConst() && wi[0]->extent().isConst() && bi[0]->extent().value != wi[0]->extent().value),
+                    "linear: bias ", bias->toString(), " has ", bi[0]->extent().value, " features but weight ", w->toString(),
+                    " has out_features ", wi[0]->extent().value);
+    }
+  }
+  TensorView* out = newOutput(f, x->dtype(), ids);
+  std::vector<Val*> ins = {x, w};
+  if (bias != nullptr) ins.push_back(bias);
+  f.newExpr(OpType::Linear, ins, {out});
+  return out;
+}
+
+}  // namespace mf

@@ -1,0 +1,56 @@
+#include "ir/verifier.h"
+
+#include <functional>
+#include <map>
+#include <set>
+
+#include "support/error.h"
+
+namespace mf {
+
+void verifyTensor(const TensorView* tv) {
+  // Every loop axis must derive from the logical domain.
+  std::set<const IterDomain*> logical(tv->logical().begin(), tv->logical().end());
+  std::function<bool(const IterDomain*)> derived = [&](const IterDomain* id) {
+    if (logical.count(id)) return true;
+    if (id->definition() == nullptr) return false;
+    for (IterDomain* in : id->definition()->inputs()) {
+      if (!derived(in)) return false;
+    }
+    return true;
+  };
+  std::map<ParallelType, const IterDomain*> seen;
+  for (size_t i = 0; i < tv->loop().size(); ++i) {
+    const IterDomain* id = tv->loop()[i];
+    MF_CHECK(derived(id), "loop axis ", i, " (", id->toString(), ") of ", tv->toString(), " is not derived from its logical domain");
+    ParallelType pt = id->parallelType();
+    if (!isDeviceParallel(pt) && pt != ParallelType::Stream) continue;
+    if (!id->isReduction()) {
+      auto [it, inserted] = seen.emplace(pt, id);
+      MF_USER_CHECK(inserted, tv->toString(), ": loop axes ", it->second->toString(), " and ", id->toString(),
+                    " are both parallelized on ", toString(pt), "; at most one axis per parallel type");
+    }
+    if (!isDeviceParallel(pt)) continue;
+    MF_USER_CHECK(tv->hasMesh(), tv->toString(), ": loop axis ", i, " (", id->toString(), ") is parallelized on ",
+                  toString(pt), " but the tensor has no device mesh; call set_device_mesh first");
+    MF_USER_CHECK(tv->mesh().hasParallelType(pt), tv->toString(), ": loop axis ", i, " is parallelized on ", toString(pt),
+                  " but its mesh ", tv->mesh().toString(), " has only ", tv->mesh().rank(), " axes");
+    int64_t d = tv->mesh().size(pt);
+    MF_USER_CHECK(!id->extent().isConst() || id->extent().value == d, tv->toString(), ": loop axis ", i, " (",
+                  id->toString(), ") is parallelized on ", toString(pt), " with extent ", id->extent().value,
+                  " but the mesh has ", d, " devices along ", toString(pt), "; expected extent ", d);
+    MF_USER_CHECK(id->extent().isConst(), tv->toString(), ": loop axis ", i, " (", id->toString(),
+                  ") is parallelized on ", toString(pt), " but its extent is symbolic; split it by the mesh size first");
+  }
+}
+
+void verifyFusion(const Fusion& f) {
+  for (const TensorView* tv : f.allTensors()) verifyTensor(tv);
+  for (const Expr* e : f.exprs()) {
+    for (const Val* out : e->outputs()) {
+      MF_CHECK(out->definition() == e, out->toString(), " is not defined by the expr that lists it as output");
+    }
+  }
+}
+
+}  // namespace mf

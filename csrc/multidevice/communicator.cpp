@@ -1,0 +1,101 @@
+#include "multidevice/communicator.h"
+
+#include <torch/csrc/distributed/c10d/GroupRegistry.hpp>
+
+#include <algorithm>
+
+#include "support/error.h"
+
+namespace mf {
+
+Communicator& Communicator::instance() {
+  static Communicator comm;
+  return comm;
+}
+
+void Communicator::init(const std::string& world_group, const std::string& cpu_group, int64_t rank, int64_t size,
+                        int64_t local_rank, int64_t local_size) {
+  world_ = c10d::resolve_process_group(world_group);
+  cpu_ = cpu_group == world_group ? world_ : c10d::resolve_process_group(cpu_group);
+  MF_CHECK(world_, "process group '", world_group, "' could not be resolved");
+  rank_ = rank;
+  size_ = size;
+  local_rank_ = local_rank;
+  local_size_ = local_size;
+  MF_CHECK(world_->getRank() == rank && world_->getSize() == size, "process group rank/size disagree with launcher");
+  teams_.clear();
+  std::vector<int64_t> everyone(size);
+  for (int64_t i = 0; i < size; ++i) everyone[i] = i;
+  teams_[everyone] = world_;
+  initialized_ = true;
+}
+
+void Communicator::checkInitialized() const {
+  MF_USER_CHECK(initialized_, "the Communicator is not initialized; use meshfuser.Communicator.instance() from Python, "
+                              "which initializes torch.distributed from the launcher's environment");
+}
+
+int64_t Communicator::indexIn(const std::vector<int64_t>& team, int64_t rank) {
+  auto it = std::find(team.begin(), team.end(), rank);
+  return it == team.end() ? -1 : static_cast<int64_t>(it - team.begin());
+}
+
+void Communicator::checkTeam(const std::vector<int64_t>& team) const {
+  MF_USER_ARG_CHECK(!team.empty(), "a communication team must not be empty");
+  for (size_t i = 0; i < team.size(); ++i) {
+    MF_USER_ARG_CHECK(team[i] >= 0 && team[i] < size_, "team member ", team[i], " is not a rank of the world of size ", size_);
+    MF_USER_ARG_CHECK(i == 0 || team[i] > team[i - 1], "team ranks must be strictly ascending (mesh order along the ",
+                      "communicating axis); got rank ", team[i], " after ", team[i - 1]);
+  }
+  MF_USER_ARG_CHECK(indexIn(team, rank_) >= 0, "rank ", rank_, " posts a communication on a team it is not part of");
+}
+
+void Communicator::createTeams(const std::vector<std::vector<int64_t>>& teams) {
+  checkInitialized();
+  for (const auto& team : teams) {
+    if (teams_.count(team)) continue;
+    MF_CHECK(team_factory_, "no team factory installed");
+    std::string name = team_factory_(team);
+    // Ranks outside the team get no group (c10d returns a non-member sentinel); keep nothing then.
+    if (indexIn(team, rank_) >= 0) teams_[team] = c10d::resolve_process_group(name);
+    else teams_[team] = nullptr;
+  }
+}
+
+c10::intrusive_ptr<c10d::ProcessGroup> Communicator::group(const std::vector<int64_t>& team) {
+  checkInitialized();
+  checkTeam(team);
+  auto it = teams_.find(team);
+  MF_CHECK(it != teams_.end() && it->second, "team was not created on all ranks before use");
+  return it->second;
+}
+
+c10::intrusive_ptr<c10d::Backend> Communicator::backend(const std::vector<int64_t>& team, c10::DeviceType device) {
+  return group(team)->getBackend(device);
+}
+
+void Communicator::barrier() {
+  checkInitialized();
+  if (size_ == 1) return;
+  cpu_->getBackend(c10::DeviceType::CPU)->barrier()->wait();
+}
+
+std::vector<int64_t> Communicator::failedRanks(bool ok) {
+  checkInitialized();
+  std::vector<int64_t> failed;
+  if (size_ == 1) {
+    if (!ok) failed.push_back(rank_);
+    return failed;
+  }
+  at::Tensor flags = at::zeros({size_}, at::kInt);
+  flags[rank_] = ok ? 0 : 1;
+  std::vector<at::Tensor> ts = {flags};
+  cpu_->getBackend(c10::DeviceType::CPU)->allreduce(ts)->wait();
+  auto acc = flags.accessor<int, 1>();
+  for (int64_t r = 0; r < size_; ++r) {
+    if (acc[r] != 0) failed.push_back(r);
+  }
+  return failed;
+}
+
+}  // namespace mf

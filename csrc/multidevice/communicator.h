@@ -1,0 +1,77 @@
+// The Communicator: meshfuser's handle on c10d. It uses the process group that torch.distributed
+// created (resolved by name) and never a transport of its own. Teams (sub-groups) are created
+// through a factory the bindings install (torch.distributed.new_group), identically on all ranks.
+#pragma once
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "ir/types.h"
+
+namespace mf {
+
+class Communicator {
+ public:
+  static Communicator& instance();
+
+  // Called by the Python layer once torch.distributed is initialized. world_group is the name of
+  // the default group; cpu_group names a Gloo group over all ranks (for control messages such as
+  // collective input validation), possibly the same.
+  void init(const std::string& world_group, const std::string& cpu_group, int64_t rank, int64_t size,
+            int64_t local_rank, int64_t local_size);
+  bool initialized() const { return initialized_; }
+  int64_t rank() const { return rank_; }
+  int64_t size() const { return size_; }
+  int64_t localRank() const { return local_rank_; }
+  int64_t localSize() const { return local_size_; }
+
+  // Creates a group for a team (called with the same teams, in the same order, on every rank).
+  using TeamFactory = std::function<std::string(const std::vector<int64_t>&)>;
+  void setTeamFactory(TeamFactory factory) { team_factory_ = std::move(factory); }
+  void createTeams(const std::vector<std::vector<int64_t>>& teams);
+  c10::intrusive_ptr<c10d::Backend> backend(const std::vector<int64_t>& team, c10::DeviceType device);
+
+  void barrier();
+  // Each rank contributes `ok`; returns the ranks whose `ok` was false (empty: all fine). Uses the
+  // CPU group so that it never touches a GPU stream.
+  std::vector<int64_t> failedRanks(bool ok);
+
+  // Collectives over a team (ranks ascending). Asynchronous: the returned work is waited on by the
+  // caller; for NCCL, wait() makes the current stream wait, not the host. Inputs are checked
+  // before anything is posted.
+  c10::intrusive_ptr<c10d::Work> allgather(const std::vector<int64_t>& team, at::Tensor out, at::Tensor in);
+  c10::intrusive_ptr<c10d::Work> reduceScatter(const std::vector<int64_t>& team, at::Tensor out, at::Tensor in, OpType op);
+  c10::intrusive_ptr<c10d::Work> allreduce(const std::vector<int64_t>& team, at::Tensor t, OpType op);
+  c10::intrusive_ptr<c10d::Work> allToAll(const std::vector<int64_t>& team, at::Tensor out, at::Tensor in);
+  c10::intrusive_ptr<c10d::Work> broadcast(const std::vector<int64_t>& team, at::Tensor t, int64_t root);
+  c10::intrusive_ptr<c10d::Work> send(const std::vector<int64_t>& team, at::Tensor t, int64_t peer);
+  c10::intrusive_ptr<c10d::Work> recv(const std::vector<int64_t>& team, at::Tensor t, int64_t peer);
+  c10::intrusive_ptr<c10d::Work> gather(const std::vector<int64_t>& team, std::vector<at::Tensor> outs, at::Tensor in,
+                                        int64_t root);
+  c10::intrusive_ptr<c10d::Work> scatter(const std::vector<int64_t>& team, at::Tensor out, std::vector<at::Tensor> ins,
+                                         int64_t root);
+
+  // Position of `rank` in `team`.
+  static int64_t indexIn(const std::vector<int64_t>& team, int64_t rank);
+
+ private:
+  Communicator() = default;
+  void checkInitialized() const;
+  void checkTeam(const std::vector<int64_t>& team) const;
+  c10::intrusive_ptr<c10d::ProcessGroup> group(const std::vector<int64_t>& team);
+
+  bool initialized_ = false;
+  int64_t rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
+  c10::intrusive_ptr<c10d::ProcessGroup> world_;
+  c10::intrusive_ptr<c10d::ProcessGroup> cpu_;
+  TeamFactory team_factory_;
+  std::map<std::vector<int64_t>, c10::intrusive_ptr<c10d::ProcessGroup>> teams_;
+};
+
+}  // namespace mf

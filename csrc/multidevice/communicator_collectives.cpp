@@ -1,0 +1,125 @@
+// Posting collectives on c10d backends. Every size check happens before anything is posted, so a
+// bad call raises on the calling rank without leaving a half-posted collective behind.
+#include <ATen/ATen.h>
+
+#include "multidevice/communicator.h"
+#include "support/error.h"
+
+namespace mf {
+namespace {
+
+std::string sizesOf(const at::Tensor& t) {
+  std::string s = "[";
+  for (int64_t i = 0; i < t.dim(); ++i) s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
+}
+
+c10d::ReduceOp toReduceOp(OpType op) {
+  switch (op) {
+    case OpType::Sum: return c10d::ReduceOp::SUM;
+    case OpType::Max: return c10d::ReduceOp::MAX;
+    case OpType::Min: return c10d::ReduceOp::MIN;
+    default: MF_THROW_INTERNAL("no c10d reduce op for ", toString(op));
+  }
+}
+
+void checkBuffers(const char* what, const at::Tensor& out, const at::Tensor& in) {
+  MF_USER_ARG_CHECK(out.is_contiguous() && in.is_contiguous(), what, ": buffers must be contiguous");
+  MF_USER_ARG_CHECK(out.scalar_type() == in.scalar_type(), what, ": output dtype ", out.scalar_type(),
+                    " differs from input dtype ", in.scalar_type());
+  MF_USER_ARG_CHECK(out.device() == in.device(), what, ": output is on ", out.device(), " but input is on ", in.device());
+}
+
+}  // namespace
+
+c10::intrusive_ptr<c10d::Work> Communicator::allgather(const std::vector<int64_t>& team, at::Tensor out, at::Tensor in) {
+  checkBuffers("allgather", out, in);
+  int64_t n = static_cast<int64_t>(team.size());
+  MF_USER_ARG_CHECK(out.numel() == in.numel() * n, "allgather: output of size ", sizesOf(out), " (", out.numel(),
+                    " elements) must hold ", n, " x the input of size ", sizesOf(in), " (", in.numel() * n, " elements)");
+  auto b = backend(team, in.device().type());
+  at::Tensor flat_out = out.view({-1});
+  at::Tensor flat_in = in.view({-1});
+  return b->_allgather_base(flat_out, flat_in);
+}
+
+c10::intrusive_ptr<c10d::Work> Communicator::reduceScatter(const std::vector<int64_t>& team, at::Tensor out, at::Tensor in,
+                                                           OpType op) {
+  checkBuffers("reduce_scatter", out, in);
+  int64_t n = static_cast<int64_t>(team.size());
+  MF_USER_ARG_CHECK(in.numel() == out.numel() * n, "reduce_scatter: input of size ", sizesOf(in), " (", in.numel(),
+                    " elements) must hold ", n, " x the output of size ", sizesOf(out), " (", out.numel() * n, " elements)");
+  auto b = backend(team, in.device().type());
+  c10d::ReduceScatterOptions opts;
+  opts.reduceOp = toReduceOp(op);
+  at::Tensor flat_out = out.view({-1});
+  at::Tensor flat_in = in.view({-1});
+  return b->_reduce_scatter_base(flat_out, flat_in, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> Communicator::allreduce(const std::vector<int64_t>& team, at::Tensor t, OpType op) {
+  MF_USER_ARG_CHECK(t.is_contiguous(), "allreduce: the buffer must be contiguous");
+  auto b = backend(team, t.device().type());
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = toReduceOp(op);
+  std::vector<at::Tensor> ts = {t};
+  return b->allreduce(ts, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> Communicator::allToAll(const std::vector<int64_t>& team, at::Tensor out, at::Tensor in) {
+  checkBuffers("alltoall", out, in);
+  int64_t n = static_cast<int64_t>(team.size());
+  MF_USER_ARG_CHECK(out.numel() == in.numel() && in.numel() % n == 0, "alltoall: input of size ", sizesOf(in),
+                    " and output of size ", sizesOf(out), " must have equal element counts divisible by ", n);
+  auto b = backend(team, in.device().type());
+  std::vector<int64_t> splits;  // empty: equal splits
+  at::Tensor flat_out = out.view({-1});
+  at::Tensor flat_in = in.view({-1});
+  return b->alltoall_base(flat_out, flat_in, splits, splits);
+}
+
+c10::intrusive_ptr<c10d::Work> Communicator::broadcast(const std::vector<int64_t>& team, at::Tensor t, int64_t root) {
+  int64_t root_index = indexIn(team, root);
+  MF_USER_ARG_CHECK(root_index >= 0, "broadcast: root ", root, " is not in the team");
+  auto b = backend(team, t.device().type());
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root_index;
+  std::vector<at::Tensor> ts = {t};
+  return b->broadcast(ts, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> Communicator::send(const std::vector<int64_t>& team, at::Tensor t, int64_t peer) {
+  auto b = backend(team, t.device().type());
+  std::vector<at::Tensor> ts = {t};
+  return b->send(ts, static_cast<int>(indexIn(team, peer)), 0);
+}
+
+c10::intrusive_ptr<c10d::Work> Communicator::recv(const std::vector<int64_t>& team, at::Tensor t, int64_t peer) {
+  auto b = backend(team, t.device().type());
+  std::vector<at::Tensor> ts = {t};
+  return b->recv(ts, static_cast<int>(indexIn(team, peer)), 0);
+}
+
+c10::intrusive_ptr<c10d::Work> Communicator::gather(const std::vector<int64_t>& team, std::vector<at::Tensor> outs,
+                                                    at::Tensor in, int64_t root) {
+  auto b = backend(team, in.device().type());
+  c10d::GatherOptions opts;
+  opts.rootRank = indexIn(team, root);
+  std::vector<std::vector<at::Tensor>> output_lists;
+  if (rank_ == root) output_lists.push_back(std::move(outs));
+  std::vector<at::Tensor> inputs = {in};
+  return b->gather(output_lists, inputs, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> Communicator::scatter(const std::vector<int64_t>& team, at::Tensor out,
+                                                     std::vector<at::Tensor> ins, int64_t root) {
+  auto b = backend(team, out.device().type());
+  c10d::ScatterOptions opts;
+  opts.rootRank = indexIn(team, root);
+  std::vector<std::vector<at::Tensor>> input_lists;
+  if (rank_ == root) input_lists.push_back(std::move(ins));
+  std::vector<at::Tensor> outputs = {out};
+  return b->scatter(outputs, input_lists, opts);
+}
+
+}  // namespace mf

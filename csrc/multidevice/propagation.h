@@ -1,0 +1,27 @@
+// Helpers that copy a device sharding from one tensor to a neighbour through an expr's axis map.
+// Used by propagate_shardings and decompose_reshardings.
+#pragma once
+
+#include <vector>
+
+#include "ir/nodes.h"
+
+namespace mf {
+
+// Shards tv's rootOrLogical axis `axis` on pt like `num_devices` / `whole_axis` describe: either
+// parallelizes the axis itself or outer-splits it and parallelizes the outer part. Returns false
+// (and changes nothing) when tv already uses pt or the axis is no longer a loop axis.
+bool shardAxis(TensorView* tv, int64_t axis, ParallelType pt, int64_t num_devices, bool whole_axis);
+
+// Copies the producer's (input `input_index` of e) shardings for `pts` onto e's output.
+// Sets the output's mesh from the producer when it has none.
+void shardConsumerLikeProducer(const Expr* e, size_t input_index, const std::vector<ParallelType>& pts);
+// Copies the consumer's shardings for `pts` (reduction DIDs included, through the consumer's
+// root) back onto `producer`, which plays the role of input `input_index` of e.
+void shardProducerLikeConsumer(const Expr* e, size_t input_index, TensorView* producer,
+                               const std::vector<ParallelType>& pts, bool include_reduction_dids);
+
+// A new tensor with tv's dtype, global shape (no reductions) and mesh, unscheduled.
+TensorView* newTensorLike(TensorView* tv);
+
+}  // namespace mf

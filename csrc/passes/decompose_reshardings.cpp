@@ -1,0 +1,198 @@
+// decompose_reshardings
+// Requires: propagate_shardings ran (every tensor has a mesh in a multi-device fusion).
+// Guarantees: every resharding expr is either a `set` with one input that changes exactly one
+//   device parallel type, or a single-axis reduction over a device axis (sum/max/min whose only
+//   reduction loop axis is a whole logical DID axis). To get there it
+//   1. moves the bias of a linear whose contraction is sharded after the reduction (so it is added
+//      once, not once per device);
+//   2. rfactors reductions with a device-parallel reduction split into a local partial op plus a
+//      reduction over the device axis (seed 001);
+//   3. inserts sets: after an op with one tensor input (the op runs on the input's sharding), before
+//      each input of an n-ary op whose sharding differs from what the op needs.
+#include <algorithm>
+
+#include "ir/fusion.h"
+#include "multidevice/propagation.h"
+#include "multidevice/sharding.h"
+#include "passes/pass.h"
+#include "support/error.h"
+
+namespace mf {
+namespace {
+
+const std::vector<ParallelType> kAllDids(std::begin(kDeviceParallelTypes), std::end(kDeviceParallelTypes));
+
+bool hasDeviceReduction(const TensorView* tv) {
+  for (IterDomain* id : tv->loop()) {
+    if (id->isReduction() && id->isDeviceDim()) return true;
+  }
+  return false;
+}
+
+// sum/max/min whose only reduction loop axis is a device-parallel logical axis.
+bool isDeviceReduction(const Expr* e) {
+  if (!isReduction(e->op())) return false;
+  const TensorView* out = e->out();
+  int64_t n = 0;
+  bool ok = true;
+  for (IterDomain* id : out->loop()) {
+    if (!id->isReduction()) continue;
+    ++n;
+    ok &= id->isDeviceDim() && std::find(out->logical().begin(), out->logical().end(), id) != out->logical().end();
+  }
+  return n == 1 && ok;
+}
+
+// Drops reduction axes from a tensor whose defining op is about to become pointwise.
+void dropReductions(TensorView* tv) {
+  std::vector<IterDomain*> loop;
+  for (IterDomain* id : tv->loop()) {
+    if (!id->isReduction()) loop.push_back(id);
+  }
+  tv->setLogical(tv->logicalNoReductions());
+  tv->setRoot({});
+  tv->setLoop(loop);
+  tv->setAllocation({});
+}
+
+// A fresh tensor with tv's full logical domain (reductions included), mesh and no schedule.
+TensorView* newTensorWithReductions(TensorView* tv) {
+  Fusion& f = *tv->fusion();
+  std::vector<IterDomain*> ids;
+  for (IterDomain* id : tv->logical()) ids.push_back(f.newIterDomain(id->extent(), id->iterType()));
+  TensorView* t = f.newTensor(tv->dtype(), ids);
+  t->setDeviceMesh(tv->mesh());
+  return t;
+}
+
+// Copies src's device shardings (reduction DIDs too) onto dst, which has src's logical layout.
+void copyShardings(const TensorView* src, TensorView* dst) {
+  for (IterDomain* id : src->loop()) {
+    if (!id->isDeviceDim()) continue;
+    const auto& logical = src->logical();
+    auto pos = std::find(logical.begin(), logical.end(), id);
+    if (pos != logical.end()) {
+      shardAxis(dst, pos - logical.begin(), id->parallelType(), src->mesh().size(id->parallelType()), true);
+      continue;
+    }
+    IdTransform* t = id->definition();
+    if (t == nullptr || t->kind() != IdTransform::Kind::Split) continue;
+    auto in = std::find(logical.begin(), logical.end(), t->inputs()[0]);
+    if (in == logical.end()) continue;
+    shardAxis(dst, in - logical.begin(), id->parallelType(), src->mesh().size(id->parallelType()), false);
+  }
+}
+
+// 1. out = linear(x, w, b) with a sharded contraction -> t = linear(x, w); out = add(t, b).
+bool pullBiasAfterReduction(Fusion& f, Expr* e) {
+  if (e->op() != OpType::Linear || e->inputs().size() != 3 || !hasDeviceReduction(e->out())) return false;
+  TensorView* out = e->out();
+  TensorView* t = newTensorWithReductions(out);
+  copyShardings(out, t);
+  Val* x = e->input(0);
+  Val* w = e->input(1);
+  Val* bias = e->input(2);
+  f.unlink(e);
+  f.newExpr(OpType::Linear, {x, w}, {t});
+  dropReductions(out);
+  f.newExpr(OpType::Add, {t, bias}, {out});
+  return true;
+}
+
+// 2. rfactor the local part of a reduction that is also reduced across devices.
+bool rfactorDeviceReduction(Expr* e) {
+  if (!(isReduction(e->op()) || isContraction(e->op())) || isDeviceReduction(e)) return false;
+  TensorView* out = e->out();
+  if (!hasDeviceReduction(out)) return false;
+  std::vector<int64_t> local_axes;
+  for (int64_t i = 0; i < out->nDims(); ++i) {
+    IterDomain* id = out->loop()[i];
+    if (id->isReduction() && !id->isDeviceDim()) local_axes.push_back(i);
+  }
+  MF_USER_CHECK(!local_axes.empty(), out->toString(), " reduces across devices along several axes ",
+                out->domainString(), "; one device axis per reduction is supported");
+  out->rfactor(local_axes);
+  return true;
+}
+
+// 3a. out = op(in) resharding -> t = op(in) sharded like in; out = set(t).
+bool reshardAfter(Fusion& f, Expr* e) {
+  TensorView* out = e->out();
+  auto* in = static_cast<TensorView*>(e->input(0));
+  TensorView* t = newTensorWithReductions(out);
+  t->setDeviceMesh(in->mesh());
+  std::vector<Val*> inputs = e->inputs();
+  ExprAttrs attrs = e->attrs();
+  OpType op = e->op();
+  f.unlink(e);
+  Expr* local = f.newExpr(op, inputs, {t}, attrs);
+  shardConsumerLikeProducer(local, 0, kAllDids);
+  if (isResharding(local)) {
+    // The op cannot run on the input's sharding (e.g. a reshape that splits the sharded axis):
+    // undo and reshard before instead.
+    f.unlink(local);
+    f.newExpr(op, inputs, {out}, attrs);
+    return false;
+  }
+  dropReductions(out);
+  f.newExpr(OpType::Set, {t}, {out});
+  return true;
+}
+
+// 3b. Reshard each input whose sharding differs from what `e` needs.
+bool reshardBefore(Fusion& f, Expr* e) {
+  bool changed = false;
+  for (size_t i = 0; i < e->inputs().size(); ++i) {
+    if (!e->input(i)->isTensor() || reshardedTypes(e, i).empty()) continue;
+    auto* in = static_cast<TensorView*>(e->input(i));
+    TensorView* resharded = newTensorLike(in);
+    resharded->setDeviceMesh(e->out()->mesh());
+    f.newExpr(OpType::Set, {in}, {resharded});
+    shardProducerLikeConsumer(e, i, resharded, kAllDids, /*include_reduction_dids=*/true);
+    f.replaceInputOf(e, in, resharded);
+    changed = true;
+  }
+  return changed;
+}
+
+bool decomposeOne(Fusion& f, Expr* e) {
+  if (pullBiasAfterReduction(f, e)) return true;
+  if (rfactorDeviceReduction(e)) return true;
+  if (!isResharding(e)) return false;
+  if (e->op() == OpType::Set || isDeviceReduction(e)) {
+    auto changed = reshardedTypes(e, 0);
+    MF_USER_CHECK(changed.size() <= 1, e->toString(), ": ", e->out()->toString(), " changes ", changed.size(),
+                  " device parallel types at once; reshard one mesh axis at a time (insert a set between)");
+    return false;
+  }
+  int64_t tensor_inputs = 0;
+  for (Val* v : e->inputs()) tensor_inputs += v->isTensor();
+  if (tensor_inputs == 1 && reshardAfter(f, e)) return true;
+  bool changed = reshardBefore(f, e);
+  MF_CHECK(changed && !isResharding(e), "could not decompose resharding expr ", e->toString());
+  return true;
+}
+
+class DecomposeReshardingsPass : public Pass {
+ public:
+  const char* name() const override { return "decompose_reshardings"; }
+  void run(Fusion& fusion) override {
+    for (int iteration = 0;; ++iteration) {
+      MF_CHECK(iteration < 10000, "decompose_reshardings does not converge");
+      bool changed = false;
+      for (Expr* e : fusion.exprs()) {
+        if (decomposeOne(fusion, e)) {
+          changed = true;
+          break;
+        }
+      }
+      if (!changed) return;
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Pass> makeDecomposeReshardingsPass() { return std::make_unique<DecomposeReshardingsPass>(); }
+
+}  // namespace mf

@@ -1,0 +1,34 @@
+// The ATen evaluator: runs one compute Expr on local (per-device) tensors with ATen. It is the
+// reference executor: correct for every op, dtype and layout, on CPU or CUDA.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ir/nodes.h"
+
+namespace mf {
+
+at::ScalarType toAten(DataType dt);
+DataType fromAten(at::ScalarType st);
+
+// A runtime value: a tensor or a scalar.
+struct RuntimeValue {
+  at::Tensor tensor;
+  c10::Scalar scalar;
+  bool is_tensor = true;
+};
+
+// Global extents bound to symbols ("s0" -> 4096) while validating inputs.
+using ExtentBindings = std::unordered_map<std::string, int64_t>;
+
+// Global shape of tv's runtime axes; a user error when a symbolic extent is unknown here.
+std::vector<int64_t> globalShape(const TensorView* tv, const ExtentBindings& bindings);
+
+// Evaluates `e` on `inputs` (one per e->inputs()) and returns the local output tensor.
+at::Tensor evaluateExpr(const Expr* e, const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings);
+
+}  // namespace mf

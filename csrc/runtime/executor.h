@@ -1,0 +1,67 @@
+// FusionExecutor: one compiled program (pass pipeline + this rank's host program) for one input
+// signature, and the interpreter that runs it. FusionExecutorCache maps (definition fingerprint,
+// input signature) to executors; the fingerprint covers the schedule, so equal ops with different
+// shardings never share an entry (seed 001's cache bug).
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <functional>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "host/host_program.h"
+#include "runtime/aten_evaluator.h"
+
+namespace mf {
+
+class FusionExecutor {
+ public:
+  // Clones `fusion`, runs the pass pipeline and lowers it for `rank`.
+  FusionExecutor(const Fusion& fusion, int64_t rank);
+  std::vector<at::Tensor> run(const std::vector<RuntimeValue>& inputs);
+  const HostProgram& hostProgram() const { return *program_; }
+  // Output shardings: per output, the runtime axis sharded on each device parallel type.
+  const Fusion& compiledFusion() const { return program_->fusion(); }
+
+ private:
+  // Checks inputs and binds symbolic extents. Returns an error message, empty when fine.
+  std::string validate(const std::vector<RuntimeValue>& inputs, ExtentBindings& bindings) const;
+  void runCommunication(const Communication& c, std::unordered_map<const Val*, at::Tensor>& values,
+                        const ExtentBindings& bindings, std::vector<c10::intrusive_ptr<c10d::Work>>& works);
+
+  std::unique_ptr<HostProgram> program_;
+  // Local reshuffles that finish a communication once its data arrived (run at its Wait).
+  std::unordered_map<const Val*, std::function<at::Tensor()>> pending_finish_;
+  bool multi_rank_ = false;
+  bool teams_created_ = false;
+};
+
+// Signature of the inputs of one call: dtypes, sizes, device.
+std::vector<int64_t> inputSignature(const std::vector<RuntimeValue>& inputs);
+
+class FusionExecutorCache {
+ public:
+  explicit FusionExecutorCache(std::shared_ptr<const Fusion> fusion) : fusion_(std::move(fusion)) {}
+  std::vector<at::Tensor> run(const std::vector<RuntimeValue>& inputs);
+  // The executor used by the most recent run (for host_program() / shardings), or null.
+  FusionExecutor* lastExecutor() const { return last_; }
+  size_t numExecutors() const { return executors_.size(); }
+
+ private:
+  struct Hash {
+    size_t operator()(const std::vector<int64_t>& v) const {
+      size_t h = 1469598103934665603ull;
+      for (int64_t x : v) h = (h ^ static_cast<size_t>(x)) * 1099511628211ull;
+      return h;
+    }
+  };
+  std::shared_ptr<const Fusion> fusion_;
+  std::unordered_map<std::vector<int64_t>, std::unique_ptr<FusionExecutor>, Hash> executors_;
+  FusionExecutor* last_ = nullptr;
+};
+
+}  // namespace mf

@@ -1,0 +1,24 @@
+// Records what an execute() ran (segments and communications) while a Profiler is active, and
+// emits torch.profiler ranges for them. Costs one branch per step when inactive.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace mf {
+
+struct KernelProfile {
+  std::string name;       // e.g. "segment 0: linear" or "ReduceScatter T4 <- T3"
+  std::string scheduler;  // "communication", "expr_eval", "pointwise", "reduction"
+};
+
+class ProfileRecorder {
+ public:
+  static ProfileRecorder*& active();  // thread-local; null when not profiling
+  std::vector<KernelProfile>& kernels() { return kernels_; }
+
+ private:
+  std::vector<KernelProfile> kernels_;
+};
+
+}  // namespace mf

@@ -1,0 +1,156 @@
+// Runs one lowered Communication on local tensors: lays buffers out as the c10d primitive needs
+// (the split axis outermost and contiguous; a copy only when it is not already), posts it, and
+// registers the local reshuffle that finishes it after the wait.
+#include "multidevice/communicator.h"
+#include "multidevice/sharding.h"
+#include "runtime/executor.h"
+#include "support/error.h"
+
+namespace mf {
+namespace {
+
+// t with `axis` moved to the front, contiguous; no copy when everything before `axis` has size 1.
+at::Tensor axisOutermost(const at::Tensor& t, int64_t axis) {
+  return t.movedim(axis, 0).contiguous();
+}
+
+// Splits `axis` of t into [n, extent/n] and moves the n part to the front: chunk i = i-th block.
+at::Tensor blocksOutermost(const at::Tensor& t, int64_t axis, int64_t n) {
+  std::vector<int64_t> shape = t.sizes().vec();
+  MF_CHECK(shape[axis] % n == 0, "axis ", axis, " of extent ", shape[axis], " does not split into ", n, " blocks");
+  shape[axis] /= n;
+  shape.insert(shape.begin() + axis, n);
+  return t.reshape(shape).movedim(axis, 0).contiguous();
+}
+
+// Inverse of blocksOutermost for a buffer [n, ...rest] whose blocks concatenate along `axis`.
+at::Tensor mergeBlocks(const at::Tensor& buf, int64_t axis) {
+  at::Tensor moved = buf.movedim(0, axis);
+  std::vector<int64_t> shape = moved.sizes().vec();
+  shape[axis] *= shape[axis + 1];
+  shape.erase(shape.begin() + axis + 1);
+  return moved.reshape(shape);
+}
+
+}  // namespace
+
+void FusionExecutor::runCommunication(const Communication& c, std::unordered_map<const Val*, at::Tensor>& values,
+                                      const ExtentBindings& bindings, std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
+  Communicator& comm = Communicator::instance();
+  const int64_t rank = program_->rank();
+  const int64_t index = &c - program_->communications().data();
+  auto& work = works[index];
+  const int64_t n = static_cast<int64_t>(c.team.size());
+  auto input = [&]() -> at::Tensor {
+    auto it = values.find(c.input);
+    MF_CHECK(it != values.end(), "no value for communication input ", c.input->toString());
+    return it->second;
+  };
+  auto finish = [&](std::function<at::Tensor()> fn) { pending_finish_[c.output] = std::move(fn); };
+  auto out_options = [&](const at::Tensor& like) { return like.options().dtype(toAten(c.output->dtype())); };
+  bool solo = n == 1 || !comm.initialized();
+
+  switch (c.type) {
+    case CommunicationType::LocalSlice: {
+      at::Tensor x = input();
+      int64_t me = Communicator::indexIn(c.team, rank);
+      int64_t len = x.size(c.out_axis) / n;
+      at::Tensor slice = x.narrow(c.out_axis, me * len, len);
+      finish([slice] { return slice; });
+      return;
+    }
+    case CommunicationType::Allgather: {
+      at::Tensor x = input().contiguous();
+      if (solo) {
+        finish([x] { return x; });
+        return;
+      }
+      std::vector<int64_t> buf_shape = x.sizes().vec();
+      buf_shape.insert(buf_shape.begin(), n);
+      at::Tensor buf = at::empty(buf_shape, x.options());
+      work = comm.allgather(c.team, buf, x);
+      int64_t axis = c.out_axis;
+      finish([buf, axis] { return mergeBlocks(buf, axis); });
+      return;
+    }
+    case CommunicationType::ReduceScatter: {
+      at::Tensor x = input().squeeze(c.reduced_axis);
+      at::Tensor send = blocksOutermost(x, c.out_axis, n);
+      std::vector<int64_t> out_shape(send.sizes().begin() + 1, send.sizes().end());
+      at::Tensor buf = at::empty(out_shape, x.options());
+      if (solo) {
+        buf.copy_(send[0]);
+      } else {
+        work = comm.reduceScatter(c.team, buf, send, c.reduce_op);
+      }
+      int64_t axis = c.out_axis;
+      finish([buf, axis] { return buf.movedim(0, axis); });
+      return;
+    }
+    case CommunicationType::Allreduce: {
+      at::Tensor x = input().squeeze(c.reduced_axis);
+      // Reduce in place into a buffer of our own: the partial may be read elsewhere.
+      const Fusion& f = program_->fusion();
+      bool shared = c.input->uses().size() > 1 || f.isInput(c.input) || f.isOutput(c.input);
+      at::Tensor buf = shared ? x.clone(at::MemoryFormat::Contiguous) : x.contiguous();
+      if (!solo) work = comm.allreduce(c.team, buf, c.reduce_op);
+      finish([buf] { return buf; });
+      return;
+    }
+    case CommunicationType::AllToAll: {
+      at::Tensor x = input();
+      at::Tensor send = blocksOutermost(x, c.out_axis, n);
+      at::Tensor recv = at::empty_like(send);
+      if (!solo) work = comm.allToAll(c.team, recv, send);
+      else recv.copy_(send);
+      // recv[j] is rank j's block; rank j held block j of in_axis.
+      int64_t in_axis = c.in_axis, out_axis = c.out_axis;
+      finish([recv, in_axis, out_axis] {
+        // recv: [n, ...x with out_axis/n]; blocks concatenate along in_axis.
+        (void)out_axis;
+        return mergeBlocks(recv, in_axis);
+      });
+      return;
+    }
+    case CommunicationType::Broadcast: {
+      at::Tensor buf;
+      if (rank == c.root) {
+        buf = input().contiguous();
+      } else {
+        auto shape = localShape(c.output, globalShape(c.output, bindings));
+        at::Tensor like = values.empty() ? at::empty({0}) : values.begin()->second;
+        buf = at::empty(shape, out_options(like));
+      }
+      work = comm.broadcast(c.team, buf, c.root);
+      bool receives = c.output->mesh().has(rank);
+      if (receives) finish([buf] { return buf; });
+      return;
+    }
+    case CommunicationType::SendRecv: {
+      for (auto [sender, receiver] : c.pairs) {
+        if (sender == receiver && sender == rank) {
+          at::Tensor x = input();
+          finish([x] { return x; });
+        } else if (sender == rank) {
+          at::Tensor x = input().contiguous();
+          work = comm.send(c.team, x, receiver);
+          work->wait();  // keeps x alive until sent; send completes locally
+          work.reset();
+        } else if (receiver == rank) {
+          auto shape = localShape(c.output, globalShape(c.output, bindings));
+          at::Tensor like = values.empty() ? at::empty({0}) : values.begin()->second;
+          at::Tensor buf = at::empty(shape, out_options(like));
+          work = comm.recv(c.team, buf, sender);
+          finish([buf] { return buf; });
+        }
+      }
+      return;
+    }
+    case CommunicationType::Gather:
+    case CommunicationType::Scatter:
+      MF_THROW_USER(toString(c.type), " between different meshes (", c.input->toString(), " -> ", c.output->toString(),
+                    ") is not supported yet; move the tensor replicated (Broadcast) or shard-to-shard (SendRecv)");
+  }
+}
+
+}  // namespace mf

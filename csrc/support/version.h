@@ -1,0 +1,5 @@
+#pragma once
+
+namespace mf {
+constexpr const char* kVersion = "0.1.0";
+}

@@ -1,0 +1,12 @@
+"""meshfuser: one program with global shapes and a few sharding annotations, run on 1..N devices."""
+from . import _C
+from ._C import DataType, ParallelType, Error, ArgumentError, InternalError, __version__
+from .mesh import DeviceMesh
+from .distributed import Communicator
+from .fusion_definition import FusionDefinition, TensorView, shard_tensor
+from .profiler import Profiler, PythonProfiler
+
+__all__ = [
+    "DataType", "ParallelType", "DeviceMesh", "FusionDefinition", "TensorView", "Communicator",
+    "Error", "ArgumentError", "InternalError", "Profiler", "PythonProfiler", "shard_tensor", "__version__",
+]

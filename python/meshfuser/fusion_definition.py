@@ -1,0 +1,286 @@
+"""FusionDefinition: the Python frontend (direct style and class style). Thin sugar over _C."""
+import numbers
+
+from . import _C
+from ._C import DataType, ParallelType, OpType
+
+TensorView = _C.TensorView
+
+_UNARY = ["set", "neg", "abs", "exp", "log", "tanh", "relu", "gelu", "sigmoid", "sqrt", "reciprocal"]
+_BINARY = ["add", "sub", "mul", "div", "maximum", "minimum", "pow", "eq", "ne", "lt", "le", "gt", "ge"]
+
+
+class _IterDomainRef:
+    """tv.axis(i): one loop axis, with .parallelize(pt), .extent, .parallel_type."""
+
+    def __init__(self, tv, index):
+        self._tv, self._index = tv, index
+
+    def parallelize(self, pt):
+        self._tv.parallelize(self._index, pt)
+
+    @property
+    def extent(self):
+        return self._tv.axis_info(self._index)[0]
+
+    @property
+    def parallel_type(self):
+        return self._tv.axis_info(self._index)[1]
+
+    @property
+    def is_reduction(self):
+        return self._tv.axis_info(self._index)[2]
+
+    def __repr__(self):
+        return self._tv.axis_info(self._index)[3]
+
+
+TensorView.axis = lambda self, i: _IterDomainRef(self, i)
+TensorView.__add__ = lambda a, b: _current_ops(a).add(a, b)
+TensorView.__radd__ = lambda a, b: _current_ops(a).add(b, a)
+TensorView.__sub__ = lambda a, b: _current_ops(a).sub(a, b)
+TensorView.__rsub__ = lambda a, b: _current_ops(a).sub(b, a)
+TensorView.__mul__ = lambda a, b: _current_ops(a).mul(a, b)
+TensorView.__rmul__ = lambda a, b: _current_ops(a).mul(b, a)
+TensorView.__truediv__ = lambda a, b: _current_ops(a).div(a, b)
+TensorView.__neg__ = lambda a: _current_ops(a).neg(a)
+
+_active = []
+
+
+def _current_ops(_tv):
+    if not _active:
+        raise _C.Error("tensor arithmetic needs an active FusionDefinition")
+    return _active[-1].ops
+
+
+class _Ops:
+    def __init__(self, fd):
+        self._fd = fd
+        for name in _UNARY:
+            setattr(self, name, self._make_unary(getattr(OpType, name)))
+        for name in _BINARY:
+            setattr(self, name, self._make_binary(getattr(OpType, name)))
+
+    def _val(self, x):
+        if isinstance(x, _C.Val):
+            return x
+        if isinstance(x, bool):
+            return self._fd.define_scalar(x, DataType.Bool)
+        if isinstance(x, numbers.Integral):
+            return self._fd.define_scalar(int(x), DataType.Int)
+        if isinstance(x, numbers.Real):
+            return self._fd.define_scalar(float(x), DataType.Double)
+        raise _C.ArgumentError(f"expected a TensorView, a scalar or a Python number; got {type(x).__name__}")
+
+    def _make_unary(self, op):
+        return lambda x: _C.ops.unary(op, self._tensor(x, op))
+
+    def _make_binary(self, op):
+        return lambda a, b: _C.ops.binary(op, self._val(a), self._val(b))
+
+    def _tensor(self, x, what):
+        if not isinstance(x, TensorView):
+            raise _C.ArgumentError(f"{what}: expected a TensorView; got {type(x).__name__}")
+        return x
+
+    def cast(self, x, dtype):
+        return _C.ops.cast(self._tensor(x, "cast"), dtype)
+
+    def where(self, cond, a, b):
+        return _C.ops.where(self._val(cond), self._val(a), self._val(b))
+
+    def _reduce(self, op, x, dims, keepdim, dtype=None):
+        x = self._tensor(x, op)
+        dims = [dims] if isinstance(dims, int) else list(dims)
+        out = _C.ops.reduction(op, x, dims, dtype)
+        if keepdim:
+            rank = len(x.shape)
+            norm = sorted(d % rank for d in dims)
+            kept = [i for i in range(rank) if i not in norm]
+            shape = [1 if i in norm else -1 for i in range(rank)]
+            out = _C.ops.broadcast_in_dim(out, [s if s == 1 else -1 for s in shape], kept)
+        return out
+
+    def sum(self, x, dims, keepdim=False, dtype=None):
+        return self._reduce(OpType.sum, x, dims, keepdim, dtype)
+
+    def max(self, x, dims, keepdim=False):
+        return self._reduce(OpType.max, x, dims, keepdim)
+
+    def min(self, x, dims, keepdim=False):
+        return self._reduce(OpType.min, x, dims, keepdim)
+
+    def broadcast_in_dim(self, x, shape, broadcast_dims):
+        return _C.ops.broadcast_in_dim(self._tensor(x, "broadcast_in_dim"), list(shape), list(broadcast_dims))
+
+    def squeeze(self, x, dims):
+        return _C.ops.squeeze(self._tensor(x, "squeeze"), [dims] if isinstance(dims, int) else list(dims))
+
+    def permute(self, x, dims):
+        return _C.ops.permute(self._tensor(x, "permute"), list(dims))
+
+    def reshape(self, x, shape):
+        return _C.ops.reshape(self._tensor(x, "reshape"), list(shape))
+
+    def matmul(self, a, b):
+        return _C.ops.matmul(self._tensor(a, "matmul"), self._tensor(b, "matmul"))
+
+    def linear(self, x, w, bias=None):
+        return _C.ops.linear(self._tensor(x, "linear"), self._tensor(w, "linear"), bias)
+
+
+class _Sched:
+    """self.sched in the class style: schedule calls that take the tensor first."""
+
+    def _set_device_mesh(self, tv, mesh):
+        tv.set_device_mesh(mesh)
+
+    set_device_mesh = _set_device_mesh
+
+    def split(self, tv, axis, factor, inner_split=True):
+        tv.split(axis, factor, inner_split)
+
+    def merge(self, tv, axis):
+        tv.merge(axis)
+
+    def reorder(self, tv, old_to_new):
+        tv.reorder(old_to_new)
+
+    def parallelize(self, tv, axis, pt):
+        tv.parallelize(axis, pt)
+
+    def set_allocation_as_loop(self, tv):
+        tv.set_allocation_as_loop()
+
+    def rfactor(self, tv, axes):
+        return tv.rfactor(list(axes))
+
+
+class Sharding:
+    """How one output is sharded: its mesh and, per mesh axis, the tensor axis it splits."""
+
+    def __init__(self, mesh, axes):
+        self.mesh = mesh
+        self._axes = axes
+
+    def axis_sharded_on(self, pt):
+        return self._axes.get(pt, -1)
+
+    def __repr__(self):
+        return f"Sharding(mesh={self.mesh}, axes={ {str(k): v for k, v in self._axes.items() if v >= 0} })"
+
+
+class FusionDefinition:
+    """Direct style: `with FusionDefinition() as fd: ...; fd.execute(inputs)`.
+    Class style: subclass, define `definition()` (and optionally `multidevice_schedule()`), then
+    `outputs, shardings = Model().execute(inputs)`."""
+
+    def __init__(self):
+        self._fusion = _C.Fusion()
+        self._handle = _C.FusionHandle(self._fusion)
+        self.ops = _Ops(self)
+        self.sched = _Sched()
+        self._defined = False
+
+    # -- definition ---------------------------------------------------------------------------
+    def __enter__(self):
+        _active.append(self)
+        return self
+
+    def __exit__(self, *exc):
+        _active.pop()
+        self._defined = True
+        return False
+
+    def define_tensor(self, shape, dtype=DataType.Float, contiguity=None, stride_order=None, symbolic_sizes=None):
+        if symbolic_sizes is not None:
+            shape = symbolic_sizes
+        if isinstance(contiguity, bool):
+            contiguity = [contiguity] * len(shape)
+        return self._fusion.define_tensor([int(s) for s in shape], dtype, list(contiguity or []), list(stride_order or []))
+
+    def define_scalar(self, value=None, dtype=None):
+        if dtype is None:
+            dtype = DataType.Bool if isinstance(value, bool) else (
+                DataType.Int if isinstance(value, numbers.Integral) else DataType.Double)
+        return self._fusion.define_scalar(dtype, None if value is None else float(value))
+
+    def add_output(self, tv):
+        self._fusion.add_output(tv)
+
+    def _ensure_defined(self):
+        if self._defined:
+            return
+        if type(self).definition is not FusionDefinition.definition:
+            _active.append(self)
+            try:
+                self.definition()
+                self.multidevice_schedule()
+            finally:
+                _active.pop()
+        self._defined = True
+
+    def definition(self):  # class style overrides
+        pass
+
+    def multidevice_schedule(self):  # class style overrides
+        pass
+
+    # -- running ------------------------------------------------------------------------------
+    def execute(self, inputs, **_):
+        self._ensure_defined()
+        from .distributed import _ensure_initialized
+        _ensure_initialized()
+        inputs = list(inputs)
+        if any(type(t).__name__ == "DTensor" for t in inputs):
+            from .dtensor import execute_with_dtensors
+            return execute_with_dtensors(self, inputs)
+        outputs = self._handle.execute(inputs)
+        if type(self).definition is not FusionDefinition.definition:
+            return outputs, self.get_output_shardings()
+        return outputs
+
+    def get_output_shardings(self):
+        return [Sharding(mesh, axes) for mesh, axes in self._handle.output_shardings()]
+
+    def host_program(self):
+        return self._handle.host_program()
+
+    def compiled_fusion(self):
+        return self._handle.compiled_fusion()
+
+    def fusion_after_passes(self):
+        self._ensure_defined()
+        return self._fusion.print_after_passes()
+
+    @property
+    def fusion(self):
+        self._ensure_defined()
+        return self._fusion
+
+    def __str__(self):
+        self._ensure_defined()
+        return str(self._fusion)
+
+    def __repr__(self):
+        return str(self)
+
+
+def shard_tensor(t, tv, rank=None):
+    """This rank's shard of global tensor `t`, following tv's mesh and device splits."""
+    from .distributed import Communicator
+    if rank is None:
+        rank = Communicator.instance().rank()
+    mesh = tv.device_mesh
+    if not tv.has_device_mesh():
+        return t
+    coords = mesh.coordinates_of(rank) if mesh.linear_index_of(rank) >= 0 else [0] * len(mesh.shape)
+    for pt, offset in ((ParallelType.mesh_x, 1), (ParallelType.mesh_y, 2), (ParallelType.mesh_z, 3)):
+        axis = tv.sharded_axis(pt) if len(mesh.shape) >= offset else -1
+        if axis < 0:
+            continue
+        n = mesh.size_of(pt)
+        index = coords[len(mesh.shape) - offset]
+        t = t.chunk(n, dim=axis)[index]
+    return t.contiguous()
