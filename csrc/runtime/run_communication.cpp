@@ -83,8 +83,8 @@ void FusionExecutor::runCommunication(const Communication& c, std::unordered_map
       } else {
         work = comm.reduceScatter(c.team, buf, send, c.reduce_op);
       }
-      int64_t axis = c.out_axis;
-      finish([buf, axis] { return buf.movedim(0, axis); });
+      // buf already has the output's axis order: the blocks were only moved out of the way.
+      finish([buf] { return buf; });
       return;
     }
     case CommunicationType::Allreduce: {

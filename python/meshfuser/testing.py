@@ -1,0 +1,55 @@
+"""pytest helpers: the `multidevice_test` fixture (registered as a plugin through
+tests' conftest or `-p meshfuser.testing`). Every rank seeds the RNG identically, so every rank
+builds the same unsharded reference and checks its own shard."""
+import os
+
+import pytest
+import torch
+
+from . import _C
+from .distributed import Communicator
+from .fusion_definition import shard_tensor
+
+
+class MultideviceTest:
+    def __init__(self):
+        self._comm = Communicator.instance()
+        if torch.cuda.is_available() and os.environ.get("MESHFUSER_TEST_DEVICE", "cuda") == "cuda":
+            self.device = torch.device("cuda", self.local_rank % torch.cuda.device_count())
+            torch.cuda.set_device(self.device)
+        else:
+            self.device = torch.device("cpu")
+
+    @property
+    def size(self):
+        return self._comm.size()
+
+    @property
+    def rank(self):
+        return self._comm.rank()
+
+    @property
+    def local_size(self):
+        return self._comm.local_size()
+
+    @property
+    def local_rank(self):
+        return self._comm.local_rank()
+
+    def barrier(self):
+        self._comm.barrier()
+
+    def shard_tensor(self, t, dim_or_tv, mesh=None):
+        if isinstance(dim_or_tv, int):
+            return self.shard_tensor_1d(t, dim_or_tv, mesh)
+        return shard_tensor(t, dim_or_tv, self.rank).to(self.device)
+
+    def shard_tensor_1d(self, t, dim, mesh):
+        return mesh.shard_tensor(t, dim, self.rank).to(self.device)
+
+
+@pytest.fixture
+def multidevice_test():
+    torch.manual_seed(0)
+    _C.clear_caches()
+    return MultideviceTest()
