@@ -136,13 +136,6 @@ def test_python_scalars(dtype):
     _check(out, [x * 2.0, 3 + x, 1.5 - x, x / 4, x * 0.5 + 1, -x])
 
 
-def test_defined_scalar_input():
-    torch.manual_seed(0)
-    x = torch.randn(4, 5)
-    _, out = _run(lambda fd: fd.ops.mul(fd.define_tensor([4, 5]), fd.define_scalar(dtype=DataType.Double)), [x, 2.5])
-    _check(out, [x * 2.5])
-
-
 def test_symbolic_shapes():
     torch.manual_seed(0)
     with FusionDefinition() as fd:
