@@ -57,6 +57,17 @@ Extent Fusion::newSymbol() {
   return e;
 }
 
+void Fusion::unifySymbols(const std::string& a, const std::string& b) {
+  std::string ra = canonicalSymbol(a), rb = canonicalSymbol(b);
+  if (ra != rb) symbol_parent_[std::max(ra, rb)] = std::min(ra, rb);
+}
+
+std::string Fusion::canonicalSymbol(const std::string& s) const {
+  std::string cur = s;
+  for (auto it = symbol_parent_.find(cur); it != symbol_parent_.end(); it = symbol_parent_.find(cur)) cur = it->second;
+  return cur;
+}
+
 void Fusion::unlink(Expr* e) {
   for (Val* in : e->inputs()) in->removeUse(e);
   for (Val* out : e->outputs()) {
@@ -124,6 +135,7 @@ std::vector<TensorView*> Fusion::allTensors() const {
 std::unique_ptr<Fusion> Fusion::clone(std::unordered_map<const Val*, Val*>* out_map) const {
   auto f = std::make_unique<Fusion>();
   f->next_symbol_ = next_symbol_;
+  f->symbol_parent_ = symbol_parent_;
   std::unordered_map<const IterDomain*, IterDomain*> id_map;
   // IterDomains keep their names so that printed IR of a clone reads like the original.
   for (const auto& id : ids_) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -25,6 +26,9 @@ class Fusion {
   Scalar* newScalar(DataType dtype, std::optional<double> value);
   Expr* newExpr(OpType op, std::vector<Val*> inputs, std::vector<Val*> outputs, ExprAttrs attrs = {});
   Extent newSymbol();  // a fresh symbolic extent s0, s1, ...
+  // Records that two symbolic extents are equal (an op joined them); canonicalSymbol picks one.
+  void unifySymbols(const std::string& a, const std::string& b);
+  std::string canonicalSymbol(const std::string& s) const;
 
   // Bumped by every change to the definition or schedule (executor caches key on a fingerprint
   // recomputed only when it moved).
@@ -58,6 +62,7 @@ class Fusion {
   std::vector<std::unique_ptr<Expr>> exprs_;
   std::vector<Val*> inputs_;
   std::vector<Val*> outputs_;
+  std::unordered_map<std::string, std::string> symbol_parent_;
   int64_t version_ = 0;
   int64_t next_symbol_ = 0;
   int64_t next_tensor_name_ = 0;

@@ -114,6 +114,7 @@ std::vector<IterDomain*> broadcastShapes(Fusion& f, OpType op, const std::vector
                     toString(op), ": operand ", oi, " (", v->toString(), ") has extent ", id->extent().value,
                     " at output axis ", k, " but another operand has ", pick->extent().value,
                     "; extents must match or be 1");
+      if (!pick->extent().isConst() && !id->extent().isConst()) f.unifySymbols(pick->extent().symbol, id->extent().symbol);
       if (!pick->extent().isConst() && id->extent().isConst()) pick = id;
     }
     out[k] = freshLike(f, pick, pick->isBroadcast() ? IterType::Broadcast : IterType::Iteration);
@@ -317,6 +318,7 @@ TensorView* matmul(TensorView* a, TensorView* b) {
   MF_USER_CHECK(!(ka->extent().isConst() && kb->extent().isConst() && ka->extent().value != kb->extent().value),
                 "matmul: contraction extents differ: ", a->toString(), " has K = ", ka->extent().value, " (last axis), ",
                 b->toString(), " has K = ", kb->extent().value);
+  if (!ka->extent().isConst() && !kb->extent().isConst()) f.unifySymbols(ka->extent().symbol, kb->extent().symbol);
   std::vector<IterDomain*> ids;
   // Batch axes broadcast like a binary op.
   size_t a_batch = ai.size() >= 2 ? ai.size() - 2 : 0;
@@ -352,6 +354,7 @@ TensorView* linear(TensorView* x, TensorView* w, TensorView* bias) {
   MF_USER_CHECK(!(kx->extent().isConst() && kw->extent().isConst() && kx->extent().value != kw->extent().value),
                 "linear: input ", x->toString(), " has in_features ", kx->extent().value, " (last axis) but weight ",
                 w->toString(), " has ", kw->extent().value, " (last axis)");
+  if (!kx->extent().isConst() && !kw->extent().isConst()) f.unifySymbols(kx->extent().symbol, kw->extent().symbol);
   std::vector<IterDomain*> ids;
   for (size_t i = 0; i + 1 < xi.size(); ++i) ids.push_back(freshLike(f, xi[i], xi[i]->iterType()));
   if (wi.size() == 2) ids.push_back(freshLike(f, wi[0], wi[0]->iterType()));

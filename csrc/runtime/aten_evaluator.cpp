@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "ir/fusion.h"
 #include "multidevice/sharding.h"
 #include "support/error.h"
 
@@ -40,7 +41,7 @@ std::vector<int64_t> globalShape(const TensorView* tv, const ExtentBindings& bin
       shape.push_back(id->extent().value);
       continue;
     }
-    auto it = bindings.find(id->extent().symbol);
+    auto it = bindings.find(tv->fusion()->canonicalSymbol(id->extent().symbol));
     MF_USER_CHECK(it != bindings.end(), tv->toString(), ": the extent ", id->extent().symbol,
                   " is not known on this rank (no input of this rank binds it); give it a concrete extent");
     shape.push_back(it->second);
@@ -120,7 +121,17 @@ at::Tensor unary(OpType op, const at::Tensor& x) {
 
 }  // namespace
 
+static at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in, const ExtentBindings& bindings);
+
 at::Tensor evaluateExpr(const Expr* e, const std::vector<RuntimeValue>& in, const ExtentBindings& bindings) {
+  try {
+    return evaluateUnchecked(e, in, bindings);
+  } catch (const c10::Error& err) {
+    MF_THROW_USER("while running ", e->toString(), ": ", err.what_without_backtrace());
+  }
+}
+
+static at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in, const ExtentBindings& bindings) {
   const TensorView* out = e->out();
   OpType op = e->op();
   at::Tensor result;

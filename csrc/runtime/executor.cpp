@@ -84,10 +84,12 @@ std::string FusionExecutor::validate(const std::vector<RuntimeValue>& inputs, Ex
         }
       } else {
         int64_t global = local * shards[a];
-        auto [it, inserted] = bindings.emplace(id->extent().symbol, global);
+        std::string symbol = f.canonicalSymbol(id->extent().symbol);
+        auto [it, inserted] = bindings.emplace(symbol, global);
         if (!inserted && it->second != global) {
-          return mf::str("input ", i, " (", tv->toString(), ") axis ", a, ": extent ", id->extent().symbol, " is ", it->second,
-                     " elsewhere but ", global, " here");
+          return mf::str("input ", i, " (", tv->toString(), ") axis ", a, ": global extent ", global,
+                         " must equal the extent ", it->second, " that an earlier input gives the same symbolic axis (",
+                         id->extent().symbol, ")");
         }
       }
     }
