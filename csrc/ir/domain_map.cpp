@@ -102,7 +102,9 @@ std::vector<int64_t> mapProducerToConsumer(const Expr* e, size_t input_index) {
   }
   // Broadcast producer axes carry no data along a non-broadcast consumer axis.
   for (int64_t p = 0; p < prank; ++p) {
-    if (map[p] >= 0 && p_ids[p]->isBroadcast() && !c_ids[map[p]]->isBroadcast()) map[p] = -1;
+    if (map[p] >= 0 && p_ids[p]->isBroadcast() && !c_ids[map[p]]->isBroadcast() && !c_ids[map[p]]->isReduction()) {
+      map[p] = -1;
+    }
   }
   return map;
 }

@@ -100,11 +100,17 @@ std::vector<ParallelType> reshardedTypes(const Expr* e, size_t input_index) {
       continue;
     }
     if (!p_has && !c_has) continue;
+    if (p2c.empty()) p2c = mapProducerToConsumer(e, input_index);
+    if (!p_has) {
+      // The consumer shards an axis this producer does not have (e.g. the weight's out_features
+      // seen from a replicated input): every device already holds what it needs.
+      DeviceSplit cs = deviceSplit(consumer, pt, /*to_root=*/true);
+      if (std::find(p2c.begin(), p2c.end(), cs.axis) == p2c.end()) continue;
+    }
     if (p_has != c_has) {
       changed.push_back(pt);
       continue;
     }
-    if (p2c.empty()) p2c = mapProducerToConsumer(e, input_index);
     DeviceSplit ps = deviceSplit(producer, pt);
     DeviceSplit cs = deviceSplit(consumer, pt, /*to_root=*/true);
     ps.axis = p2c[ps.axis];

@@ -115,8 +115,9 @@ bool rfactorDeviceReduction(Expr* e) {
   return true;
 }
 
-// 3a. out = op(in) resharding -> t = op(in) sharded like in; out = set(t).
-bool reshardAfter(Fusion& f, Expr* e) {
+// 3a. out = op(in) resharding -> t = op(in) sharded like in; out = set(t). On failure `e` is
+// replaced by an equivalent fresh expr (returned through the reference).
+bool reshardAfter(Fusion& f, Expr*& e) {
   TensorView* out = e->out();
   auto* in = static_cast<TensorView*>(e->input(0));
   TensorView* t = newTensorWithReductions(out);
@@ -127,11 +128,14 @@ bool reshardAfter(Fusion& f, Expr* e) {
   f.unlink(e);
   Expr* local = f.newExpr(op, inputs, {t}, attrs);
   shardConsumerLikeProducer(local, 0, kAllDids);
-  if (isResharding(local)) {
+  // A reduction over a sharded axis is fine here: step 2 rfactors it into a local partial and a
+  // reduction across devices.
+  bool reduces_across_devices = (isReduction(op) || isContraction(op)) && hasDeviceReduction(t);
+  if (isResharding(local) && !reduces_across_devices) {
     // The op cannot run on the input's sharding (e.g. a reshape that splits the sharded axis):
     // undo and reshard before instead.
     f.unlink(local);
-    f.newExpr(op, inputs, {out}, attrs);
+    e = f.newExpr(op, inputs, {out}, attrs);
     return false;
   }
   dropReductions(out);

@@ -1,0 +1,52 @@
+// generateKernel: analysis -> schedule -> CUDA text -> name.
+//
+// Requires: a KernelSegment (see makeKernelSegment) and one KernelTensorArg per tensor input (local
+// sizes/strides in elements, pointer alignment). Guarantees: either a GeneratedKernel whose source
+// is deterministic for a given (segment, args, options) and whose name is mf_<scheduler>_<16 hex
+// digits of a hash of the source>, or nullopt with *why_not saying why (never throws for an
+// unsupported segment).
+#include <cstdio>
+
+#include "codegen/internal.h"
+
+namespace mf {
+namespace {
+
+constexpr const char* kNameToken = "MF_KERNEL_NAME";
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return h;
+}
+
+}  // namespace
+
+std::optional<GeneratedKernel> generateKernel(const KernelSegment& segment, const std::vector<KernelTensorArg>& inputs,
+                                              const CodegenOptions& options, std::string* why_not) {
+  std::string why;
+  codegen::Analysis a;
+  codegen::Schedule s;
+  if (!codegen::analyzeSegment(segment, inputs, &a, &why) || !codegen::chooseSchedule(a, options, &s, &why)) {
+    if (why_not != nullptr) *why_not = why;
+    return std::nullopt;
+  }
+  GeneratedKernel k;
+  bool pointwise = s.kind == codegen::Kind::Pointwise;
+  k.scheduler = pointwise ? "pointwise" : "reduction";
+  std::string text = pointwise ? codegen::emitPointwise(a, s, kNameToken) : codegen::emitReduction(a, s, kNameToken);
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(fnv1a(text)));
+  k.name = "mf_" + k.scheduler + "_" + hex;
+  size_t pos = text.find(kNameToken);
+  text.replace(pos, std::string(kNameToken).size(), k.name);
+  k.source = std::move(text);
+  k.launch = s.launch;
+  for (const TensorView* tv : segment.outputs) k.output_sizes.push_back(a.shape.at(tv));
+  return k;
+}
+
+}  // namespace mf

@@ -1,0 +1,118 @@
+// Internal data shared by the CUDA generator's files (not part of the kernel.h contract).
+//
+// Requires: a KernelSegment whose exprs are in topological order, and one KernelTensorArg per tensor
+// input of the segment. Guarantees: every helper either fills its result or returns false with a
+// human-readable reason in *why (the runtime prints it under MESHFUSER_DUMP=fallback).
+//
+// Pipeline (one file per step):
+//   analysis.cpp   dtype / op support checks and local-shape propagation (Analysis)
+//   region.cpp     iteration domains: which domain axis every tensor axis walks (Region), and the
+//                  collapsed index plan of the tensors loaded in a region (IndexPlan)
+//   scheduler.cpp  pointwise vs reduction, inner vs outer, vector width and launch config (Schedule)
+//   emit_common.cpp / emit_pointwise.cpp / emit_reduction.cpp   CUDA text
+//   generate.cpp   generateKernel: the steps above, then naming by hash
+#pragma once
+
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "codegen/kernel.h"
+
+namespace mf {
+namespace codegen {
+
+struct Analysis {
+  const KernelSegment* segment = nullptr;
+  std::vector<const TensorView*> tensor_inputs;  // segment input order
+  std::vector<const Scalar*> scalar_inputs;      // segment input order (non-constant scalars)
+  std::unordered_map<const TensorView*, std::vector<int64_t>> shape;  // local sizes of every tensor
+  std::unordered_map<const TensorView*, const KernelTensorArg*> arg;  // segment input tensors only
+  std::unordered_map<const TensorView*, const Expr*> producer;        // tensors defined in the segment
+  const Expr* reduction = nullptr;                                    // the single reduction, if any
+};
+
+// Checks dtypes and ops, binds args, propagates local shapes.
+bool analyzeSegment(const KernelSegment& segment, const std::vector<KernelTensorArg>& args, Analysis* a,
+                    std::string* why);
+
+// An iteration domain: the non-1 extents of its anchor tensors, in order. For every tensor read or
+// written in the region, axis_map gives, per runtime axis of the tensor, the domain axis it walks
+// (-1: the axis has local extent 1 and is not walked).
+struct Region {
+  std::vector<int64_t> extents;
+  std::vector<const Expr*> exprs;                          // computed in the region, topological order
+  std::unordered_map<const TensorView*, std::vector<int>> axis_map;
+  std::vector<const TensorView*> loads;                    // segment inputs read, first-use order
+  std::vector<const TensorView*> stores;                   // segment outputs written, production order
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t e : extents) n *= e;
+    return n;
+  }
+};
+
+// Builds a region over `exprs` (topological order). `anchors` are tensors whose non-1 extents must
+// equal `extents` in order (they walk the domain contiguously: outputs and the reduction's input or
+// output). `stop` tensors are computed elsewhere (e.g. the reduction output in the epilogue): they
+// are read as locals, never loaded. `forbidden` tensors may not be read at all (why names them).
+bool buildRegion(const Analysis& a, const std::vector<const Expr*>& exprs, const std::vector<int64_t>& extents,
+                 const std::vector<const TensorView*>& anchors, const std::vector<const TensorView*>& stop,
+                 const std::vector<const TensorView*>& forbidden, Region* r, std::string* why);
+
+// How loaded tensors are indexed from a flat domain index: the domain with adjacent axes merged
+// where every loaded tensor allows it, and each loaded tensor's stride per merged axis (0 on axes
+// it broadcasts). `linear`: the tensor is contiguous over the whole domain (offset = flat index).
+struct IndexPlan {
+  std::vector<int64_t> dims;
+  std::unordered_map<const TensorView*, std::vector<int64_t>> strides;
+  std::unordered_map<const TensorView*, bool> linear;
+  int64_t max_offset = 0;  // largest element offset any loaded tensor reaches
+};
+IndexPlan planIndexing(const Analysis& a, const Region& r);
+
+enum class Kind { Pointwise, InnerReduction, OuterReduction };
+
+struct Schedule {
+  Kind kind = Kind::Pointwise;
+  Region main;      // pointwise: the whole segment; reduction: the prologue over the reduction input
+  Region epilogue;  // reduction only: the ops after it, over the reduction output
+  IndexPlan main_index, epilogue_index;
+  int64_t vec = 1;  // pointwise: elements per thread per step (1: no vector access)
+  bool index64 = false;
+  // Reductions: rows x reduced extent. Inner: X viewed as [rows, red]; outer: as [red, rows].
+  int64_t rows = 1, red = 1;
+  KernelLaunch launch;
+};
+
+bool chooseSchedule(const Analysis& a, const CodegenOptions& options, Schedule* s, std::string* why);
+
+// ---- text helpers (emit_common.cpp) ----
+std::string cudaType(DataType dt);                    // storage type in the kernel
+std::string tensorLocal(const TensorView* tv);        // "t3"
+std::string tensorParam(const TensorView* tv);        // "T3"
+std::string operandText(const Val* v);                // "t3", "s2" or a float literal
+std::string loadExpr(DataType dt, const std::string& element);  // element -> float
+std::string storeExpr(DataType dt, const std::string& value);   // float -> storage
+std::string floatLiteral(double v);
+// "float t5 = <expr>;" lines for `e` (one per tensor output).
+std::string emitExpr(const Expr* e, const std::string& indent);
+std::string prelude();
+// Kernel signature: inputs, outputs, scalar doubles; then the scalar locals.
+std::string signature(const Analysis& a, const std::string& name_token, int64_t max_threads);
+std::string indexType(bool index64);
+// Emits the decomposition of `flat` over plan.dims (only when some loaded tensor is not linear) and
+// returns each loaded tensor's offset expression.
+std::unordered_map<const TensorView*, std::string> emitOffsets(const Region& r, const IndexPlan& p,
+                                                               const std::string& flat, const std::string& prefix,
+                                                               const std::string& itype, const std::string& indent,
+                                                               std::ostringstream& os);
+
+// ---- kernels ----
+std::string emitPointwise(const Analysis& a, const Schedule& s, const std::string& name_token);
+std::string emitReduction(const Analysis& a, const Schedule& s, const std::string& name_token);
+
+}  // namespace codegen
+}  // namespace mf
