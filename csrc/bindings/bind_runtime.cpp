@@ -31,6 +31,18 @@ class FusionHandle {
   explicit FusionHandle(std::shared_ptr<Fusion> fusion) : fusion_(std::move(fusion)) {}
 
   std::vector<at::Tensor> execute(const py::list& args) {
+    std::vector<RuntimeValue> inputs = toInputs(args);
+    FusionExecutorCache& cache = this->cache();
+    py::gil_scoped_release release;
+    return cache.run(inputs);
+  }
+
+  std::vector<std::string> cudaKernels(const py::list& args) {
+    std::vector<RuntimeValue> inputs = toInputs(args);
+    return cache().executorFor(inputs).generatedKernels(inputs);
+  }
+
+  static std::vector<RuntimeValue> toInputs(const py::list& args) {
     std::vector<RuntimeValue> inputs;
     inputs.reserve(args.size());
     for (const py::handle& a : args) {
@@ -52,9 +64,7 @@ class FusionHandle {
       }
       inputs.push_back(std::move(rv));
     }
-    FusionExecutorCache& cache = this->cache();
-    py::gil_scoped_release release;
-    return cache.run(inputs);
+    return inputs;
   }
 
   FusionExecutorCache& cache() {
@@ -98,6 +108,7 @@ void bindRuntime(py::module& m) {
   py::class_<FusionHandle>(m, "FusionHandle")
       .def(py::init<std::shared_ptr<Fusion>>())
       .def("execute", &FusionHandle::execute)
+      .def("cuda_kernels", &FusionHandle::cudaKernels)
       .def("host_program", [](const FusionHandle& h) { return h.last().hostProgram().toString(); })
       .def("compiled_fusion", [](const FusionHandle& h) { return printFusion(h.last().compiledFusion()); })
       .def("output_shardings", &FusionHandle::outputShardings)

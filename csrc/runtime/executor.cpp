@@ -3,10 +3,12 @@
 #include <ATen/record_function.h>
 
 #include <iostream>
+#include <unordered_set>
 
 #include "multidevice/communicator.h"
 #include "multidevice/sharding.h"
 #include "passes/pass.h"
+#include "runtime/cuda_kernel.h"
 #include "runtime/profiler.h"
 #include "support/error.h"
 #include "support/options.h"
@@ -126,38 +128,18 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
     else scalars[f.inputs()[i]] = inputs[i].scalar;
   }
   std::vector<c10::intrusive_ptr<c10d::Work>> works(program_->communications().size());
+  bool use_kernels = false;
+  for (const RuntimeValue& rv : inputs) {
+    if (rv.is_tensor && rv.tensor.is_cuda()) use_kernels = !isDisabled(DisableOption::Codegen) && cudaKernelsAvailable();
+  }
   ProfileRecorder* profile = ProfileRecorder::active();
   for (const HostInstruction& inst : program_->instructions()) {
     switch (inst.kind) {
       case HostInstruction::Kind::RunSegment: {
         const Segment& seg = program_->segments()[inst.index];
-        if (profile) profile->kernels().push_back({"segment " + std::to_string(inst.index), seg.scheduler});
         RECORD_FUNCTION("meshfuser::segment", std::vector<c10::IValue>());
-        for (const Expr* e : seg.exprs) {
-          std::vector<RuntimeValue> ins;
-          ins.reserve(e->inputs().size());
-          for (const Val* v : e->inputs()) {
-            RuntimeValue rv;
-            if (v->isTensor()) {
-              auto it = values.find(v);
-              MF_CHECK(it != values.end(), "no value for ", v->toString(), " when running ", e->toString());
-              rv.tensor = it->second;
-            } else {
-              auto* s = static_cast<const Scalar*>(v);
-              rv.is_tensor = false;
-              if (s->value()) {
-                double x = *s->value();
-                rv.scalar = isFloatingPoint(s->dtype()) ? c10::Scalar(x)
-                            : s->dtype() == DataType::Bool ? c10::Scalar(x != 0)
-                                                           : c10::Scalar(static_cast<int64_t>(x));
-              } else {
-                rv.scalar = scalars.at(v);
-              }
-            }
-            ins.push_back(std::move(rv));
-          }
-          values[e->out()] = evaluateExpr(e, ins, bindings);
-        }
+        runSegment(inst.index, values, scalars, bindings, use_kernels);
+        if (profile) profile->kernels().push_back({"segment " + std::to_string(inst.index), seg.scheduler});
         break;
       }
       case HostInstruction::Kind::PostCommunication: {
@@ -202,6 +184,133 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
   return outputs;
 }
 
+namespace {
+RuntimeValue scalarValue(const Val* v, const std::unordered_map<const Val*, c10::Scalar>& scalars) {
+  auto* s = static_cast<const Scalar*>(v);
+  RuntimeValue rv;
+  rv.is_tensor = false;
+  if (s->value()) {
+    double x = *s->value();
+    rv.scalar = isFloatingPoint(s->dtype()) ? c10::Scalar(x)
+                : s->dtype() == DataType::Bool ? c10::Scalar(x != 0)
+                                               : c10::Scalar(static_cast<int64_t>(x));
+  } else {
+    rv.scalar = scalars.at(v);
+  }
+  return rv;
+}
+}  // namespace
+
+FusionExecutor::SegmentKernel& FusionExecutor::segmentKernel(int64_t index,
+                                                             const std::unordered_map<const Val*, at::Tensor>& values) {
+  if (kernels_.size() != program_->segments().size()) kernels_.resize(program_->segments().size());
+  SegmentKernel& sk = kernels_[index];
+  if (sk.tried) return sk;
+  sk.tried = true;
+  const Fusion& f = program_->fusion();
+  const std::vector<Expr*>& exprs = program_->segments()[index].exprs;
+  std::unordered_set<const Expr*> in_segment(exprs.begin(), exprs.end());
+  sk.segment = makeKernelSegment(exprs, [&](const Val* v) {
+    if (f.isOutput(v)) return true;
+    for (const Expr* use : v->uses()) {
+      if (!in_segment.count(use)) return true;
+    }
+    return false;
+  });
+  for (const Val* v : sk.segment.inputs) {
+    if (v->isTensor()) sk.args.push_back(kernelArgOf(values.at(v)));
+  }
+  CodegenOptions options;
+  options.sm_count = currentSmCount();
+  std::string why_not;
+  sk.kernel = generateKernel(sk.segment, sk.args, options, &why_not);
+  if (sk.kernel) {
+    program_->segments()[index].scheduler = sk.kernel->scheduler;
+    if (isDumpEnabled(DumpOption::CudaKernel)) std::cout << sk.kernel->source << std::endl;
+  } else if (isDumpEnabled(DumpOption::Fallback)) {
+    std::cout << "meshfuser: segment " << index << " runs on the ATen evaluator: " << why_not << std::endl;
+  }
+  return sk;
+}
+
+bool FusionExecutor::tryRunKernel(int64_t index, std::unordered_map<const Val*, at::Tensor>& values,
+                                  const std::unordered_map<const Val*, c10::Scalar>& scalars) {
+  SegmentKernel& sk = segmentKernel(index, values);
+  if (!sk.kernel) return false;
+  std::vector<at::Tensor> ins;
+  std::vector<double> scalar_args;
+  size_t arg = 0;
+  for (const Val* v : sk.segment.inputs) {
+    if (!v->isTensor()) {
+      scalar_args.push_back(scalarValue(v, scalars).scalar.toDouble());
+      continue;
+    }
+    const at::Tensor& t = values.at(v);
+    KernelTensorArg now = kernelArgOf(t);
+    const KernelTensorArg& then = sk.args[arg++];
+    // The kernel bakes in sizes, strides and alignment; anything else takes the ATen path.
+    if (now.sizes != then.sizes || now.strides != then.strides || now.alignment_bytes < then.alignment_bytes) return false;
+    ins.push_back(t);
+  }
+  std::vector<at::Tensor> outs;
+  for (size_t i = 0; i < sk.segment.outputs.size(); ++i) {
+    const TensorView* tv = sk.segment.outputs[i];
+    outs.push_back(at::empty(sk.kernel->output_sizes[i], ins.at(0).options().dtype(toAten(tv->dtype()))));
+  }
+  launchGeneratedKernel(*sk.kernel, ins, outs, scalar_args);
+  for (size_t i = 0; i < outs.size(); ++i) values[sk.segment.outputs[i]] = outs[i];
+  return true;
+}
+
+void FusionExecutor::runSegment(int64_t index, std::unordered_map<const Val*, at::Tensor>& values,
+                                const std::unordered_map<const Val*, c10::Scalar>& scalars,
+                                const ExtentBindings& bindings, bool allow_kernels) {
+  if (allow_kernels && tryRunKernel(index, values, scalars)) return;
+  for (const Expr* e : program_->segments()[index].exprs) {
+    std::vector<RuntimeValue> ins;
+    ins.reserve(e->inputs().size());
+    for (const Val* v : e->inputs()) {
+      if (!v->isTensor()) {
+        ins.push_back(scalarValue(v, scalars));
+        continue;
+      }
+      auto it = values.find(v);
+      MF_CHECK(it != values.end(), "no value for ", v->toString(), " when running ", e->toString());
+      RuntimeValue rv;
+      rv.tensor = it->second;
+      ins.push_back(std::move(rv));
+    }
+    values[e->out()] = evaluateExpr(e, ins, bindings);
+  }
+}
+
+std::vector<std::string> FusionExecutor::generatedKernels(const std::vector<RuntimeValue>& inputs) {
+  // Walks the program on meta tensors: shapes and strides as a real run would see them.
+  const Fusion& f = program_->fusion();
+  ExtentBindings bindings;
+  std::string error = validate(inputs, bindings);
+  MF_USER_CHECK(error.empty(), "cuda_kernels: ", error);
+  std::unordered_map<const Val*, at::Tensor> values;
+  std::unordered_map<const Val*, c10::Scalar> scalars;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].is_tensor) values[f.inputs()[i]] = inputs[i].tensor.to(at::kMeta);
+    else scalars[f.inputs()[i]] = inputs[i].scalar;
+  }
+  std::vector<std::string> sources;
+  for (const HostInstruction& inst : program_->instructions()) {
+    if (inst.kind == HostInstruction::Kind::RunSegment) {
+      SegmentKernel& sk = segmentKernel(inst.index, values);
+      if (sk.kernel) sources.push_back(sk.kernel->source);
+      runSegment(inst.index, values, scalars, bindings, /*allow_kernels=*/false);
+    } else if (inst.kind == HostInstruction::Kind::PostCommunication) {
+      const Communication& c = program_->communications()[inst.index];
+      auto shape = localShape(c.output, globalShape(c.output, bindings));
+      values[c.output] = at::empty(shape, at::TensorOptions().dtype(toAten(c.output->dtype())).device(at::kMeta));
+    }
+  }
+  return sources;
+}
+
 std::vector<int64_t> inputSignature(const std::vector<RuntimeValue>& inputs) {
   std::vector<int64_t> sig;
   sig.reserve(inputs.size() * 6);
@@ -216,18 +325,23 @@ std::vector<int64_t> inputSignature(const std::vector<RuntimeValue>& inputs) {
     sig.push_back(static_cast<int64_t>(t.device().type()) * 1000 + t.device().index());
     sig.push_back(t.dim());
     for (int64_t s : t.sizes()) sig.push_back(s);
+    for (int64_t s : t.strides()) sig.push_back(s);
   }
   return sig;
 }
 
-std::vector<at::Tensor> FusionExecutorCache::run(const std::vector<RuntimeValue>& inputs) {
+FusionExecutor& FusionExecutorCache::executorFor(const std::vector<RuntimeValue>& inputs) {
   auto sig = inputSignature(inputs);
   auto it = executors_.find(sig);
   if (it == executors_.end()) {
     it = executors_.emplace(sig, std::make_unique<FusionExecutor>(*fusion_, currentRank())).first;
   }
   last_ = it->second.get();
-  return last_->run(inputs);
+  return *last_;
+}
+
+std::vector<at::Tensor> FusionExecutorCache::run(const std::vector<RuntimeValue>& inputs) {
+  return executorFor(inputs).run(inputs);
 }
 
 }  // namespace mf

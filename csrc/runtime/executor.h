@@ -13,6 +13,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "codegen/kernel.h"
 #include "host/host_program.h"
 #include "runtime/aten_evaluator.h"
 
@@ -24,8 +25,9 @@ class FusionExecutor {
   FusionExecutor(const Fusion& fusion, int64_t rank);
   std::vector<at::Tensor> run(const std::vector<RuntimeValue>& inputs);
   const HostProgram& hostProgram() const { return *program_; }
-  // Output shardings: per output, the runtime axis sharded on each device parallel type.
   const Fusion& compiledFusion() const { return program_->fusion(); }
+  // CUDA source of every kernel the GPU path generates for these inputs (any device, meta too).
+  std::vector<std::string> generatedKernels(const std::vector<RuntimeValue>& inputs);
 
  private:
   // Checks inputs and binds symbolic extents. Returns an error message, empty when fine.
@@ -33,7 +35,22 @@ class FusionExecutor {
   void runCommunication(const Communication& c, std::unordered_map<const Val*, at::Tensor>& values,
                         const ExtentBindings& bindings, std::vector<c10::intrusive_ptr<c10d::Work>>& works);
 
+  // One compute segment: its generated kernel, when codegen supports it on these inputs.
+  struct SegmentKernel {
+    bool tried = false;
+    KernelSegment segment;
+    std::optional<GeneratedKernel> kernel;
+    std::vector<KernelTensorArg> args;  // what the kernel was generated for
+  };
+  void runSegment(int64_t index, std::unordered_map<const Val*, at::Tensor>& values,
+                  const std::unordered_map<const Val*, c10::Scalar>& scalars, const ExtentBindings& bindings,
+                  bool allow_kernels);
+  SegmentKernel& segmentKernel(int64_t index, const std::unordered_map<const Val*, at::Tensor>& values);
+  bool tryRunKernel(int64_t index, std::unordered_map<const Val*, at::Tensor>& values,
+                    const std::unordered_map<const Val*, c10::Scalar>& scalars);
+
   std::unique_ptr<HostProgram> program_;
+  std::vector<SegmentKernel> kernels_;
   // Local reshuffles that finish a communication once its data arrived (run at its Wait).
   std::unordered_map<const Val*, std::function<at::Tensor()>> pending_finish_;
   bool multi_rank_ = false;
@@ -47,6 +64,8 @@ class FusionExecutorCache {
  public:
   explicit FusionExecutorCache(std::shared_ptr<const Fusion> fusion) : fusion_(std::move(fusion)) {}
   std::vector<at::Tensor> run(const std::vector<RuntimeValue>& inputs);
+  // The executor for these inputs' signature (compiled on first use).
+  FusionExecutor& executorFor(const std::vector<RuntimeValue>& inputs);
   // The executor used by the most recent run (for host_program() / shardings), or null.
   FusionExecutor* lastExecutor() const { return last_; }
   size_t numExecutors() const { return executors_.size(); }

@@ -284,3 +284,15 @@ def shard_tensor(t, tv, rank=None):
         index = coords[len(mesh.shape) - offset]
         t = t.chunk(n, dim=axis)[index]
     return t.contiguous()
+
+
+def _cuda_kernels(self, inputs):
+    """CUDA C++ source of each kernel the GPU path generates for inputs of these shapes and dtypes.
+    Works without a GPU: inputs may be CPU or meta tensors."""
+    self._ensure_defined()
+    from .distributed import _ensure_initialized
+    _ensure_initialized()
+    return self._handle.cuda_kernels(list(inputs))
+
+
+FusionDefinition.cuda_kernels = _cuda_kernels

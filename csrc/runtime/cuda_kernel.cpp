@@ -1,0 +1,194 @@
+#include "runtime/cuda_kernel.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+
+#include "runtime/aten_evaluator.h"
+#include "support/error.h"
+
+#ifdef MESHFUSER_WITH_CUDA
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#endif
+
+namespace mf {
+
+KernelTensorArg kernelArgOf(const at::Tensor& t) {
+  KernelTensorArg arg;
+  arg.dtype = fromAten(t.scalar_type());
+  arg.sizes = t.sizes().vec();
+  arg.strides = t.strides().vec();
+  if (t.is_meta()) {
+    arg.alignment_bytes = 16;
+  } else {
+    auto address = reinterpret_cast<uintptr_t>(t.data_ptr());
+    int64_t align = 16;
+    while (align > 1 && address % align != 0) align /= 2;
+    arg.alignment_bytes = align;
+  }
+  return arg;
+}
+
+#ifndef MESHFUSER_WITH_CUDA
+
+bool cudaKernelsAvailable() { return false; }
+int64_t currentSmCount() { return 132; }
+void launchGeneratedKernel(const GeneratedKernel&, const std::vector<at::Tensor>&, const std::vector<at::Tensor>&,
+                           const std::vector<double>&) {
+  MF_THROW_INTERNAL("generated kernels need a CUDA build");
+}
+
+#else
+
+namespace {
+
+// Minimal driver / NVRTC signatures (resolved with dlsym; no link-time dependency).
+using CUresult = int;
+using CUmodule = void*;
+using CUfunction = void*;
+using nvrtcResult = int;
+using nvrtcProgram = void*;
+
+struct Api {
+  CUresult (*cuModuleLoadData)(CUmodule*, const void*) = nullptr;
+  CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
+  CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
+                             void**, void**) = nullptr;
+  CUresult (*cuGetErrorString)(CUresult, const char**) = nullptr;
+  nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram*, const char*, const char*, int, const char* const*,
+                                    const char* const*) = nullptr;
+  nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram, int, const char* const*) = nullptr;
+  nvrtcResult (*nvrtcGetProgramLogSize)(nvrtcProgram, size_t*) = nullptr;
+  nvrtcResult (*nvrtcGetProgramLog)(nvrtcProgram, char*) = nullptr;
+  nvrtcResult (*nvrtcGetCUBINSize)(nvrtcProgram, size_t*) = nullptr;
+  nvrtcResult (*nvrtcGetCUBIN)(nvrtcProgram, char*) = nullptr;
+  nvrtcResult (*nvrtcDestroyProgram)(nvrtcProgram*) = nullptr;
+  std::string error;  // why loading failed, empty when fine
+};
+
+void* openFirst(const std::vector<std::string>& names) {
+  for (const auto& n : names) {
+    if (void* h = dlopen(n.c_str(), RTLD_NOW | RTLD_GLOBAL)) return h;
+  }
+  return nullptr;
+}
+
+template <typename F>
+void resolve(void* lib, F& fn, const char* name, std::string& error) {
+  fn = reinterpret_cast<F>(dlsym(lib, name));
+  if (fn == nullptr && error.empty()) error = std::string("missing symbol ") + name;
+}
+
+Api& api() {
+  static Api a = [] {
+    Api api;
+    void* cuda = openFirst({"libcuda.so.1", "libcuda.so"});
+    std::vector<std::string> nvrtc_names;
+    if (const char* p = std::getenv("MESHFUSER_NVRTC_PATH")) nvrtc_names.push_back(p);
+    std::vector<std::string> dirs = {""};
+    if (const char* home = std::getenv("CUDA_HOME")) dirs.push_back(std::string(home) + "/lib64/");
+    dirs.push_back("/usr/local/cuda/targets/x86_64-linux/lib/");
+    dirs.push_back("/usr/local/cuda/lib64/");
+    for (const auto& d : dirs) {
+      for (const char* n : {"libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"}) nvrtc_names.push_back(d + n);
+    }
+    void* nvrtc = openFirst(nvrtc_names);
+    if (cuda == nullptr) api.error = "libcuda could not be loaded";
+    if (nvrtc == nullptr && api.error.empty()) api.error = "libnvrtc could not be loaded (set MESHFUSER_NVRTC_PATH)";
+    if (!api.error.empty()) return api;
+    resolve(cuda, api.cuModuleLoadData, "cuModuleLoadData", api.error);
+    resolve(cuda, api.cuModuleGetFunction, "cuModuleGetFunction", api.error);
+    resolve(cuda, api.cuLaunchKernel, "cuLaunchKernel", api.error);
+    resolve(cuda, api.cuGetErrorString, "cuGetErrorString", api.error);
+    resolve(nvrtc, api.nvrtcCreateProgram, "nvrtcCreateProgram", api.error);
+    resolve(nvrtc, api.nvrtcCompileProgram, "nvrtcCompileProgram", api.error);
+    resolve(nvrtc, api.nvrtcGetProgramLogSize, "nvrtcGetProgramLogSize", api.error);
+    resolve(nvrtc, api.nvrtcGetProgramLog, "nvrtcGetProgramLog", api.error);
+    resolve(nvrtc, api.nvrtcGetCUBINSize, "nvrtcGetCUBINSize", api.error);
+    resolve(nvrtc, api.nvrtcGetCUBIN, "nvrtcGetCUBIN", api.error);
+    resolve(nvrtc, api.nvrtcDestroyProgram, "nvrtcDestroyProgram", api.error);
+    return api;
+  }();
+  return a;
+}
+
+void checkCu(CUresult r, const char* what) {
+  if (r == 0) return;
+  const char* msg = "unknown";
+  if (api().cuGetErrorString) api().cuGetErrorString(r, &msg);
+  MF_THROW_INTERNAL(what, " failed: ", msg);
+}
+
+CUfunction compile(const GeneratedKernel& kernel) {
+  static std::mutex mutex;
+  static std::unordered_map<std::string, CUfunction> cache;
+  const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
+  std::string arch = "sm_" + std::to_string(prop->major) + std::to_string(prop->minor);
+  std::string key = arch + "\n" + kernel.source;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  Api& a = api();
+  nvrtcProgram prog = nullptr;
+  MF_CHECK(a.nvrtcCreateProgram(&prog, kernel.source.c_str(), (kernel.name + ".cu").c_str(), 0, nullptr, nullptr) == 0,
+           "nvrtcCreateProgram");
+  std::string arch_flag = "--gpu-architecture=" + arch;
+  const char* opts[] = {arch_flag.c_str(), "-std=c++17", "--fmad=true"};
+  nvrtcResult rc = a.nvrtcCompileProgram(prog, 3, opts);
+  if (rc != 0) {
+    size_t size = 0;
+    a.nvrtcGetProgramLogSize(prog, &size);
+    std::string log(size, '\0');
+    a.nvrtcGetProgramLog(prog, log.data());
+    a.nvrtcDestroyProgram(&prog);
+    MF_THROW_INTERNAL("NVRTC could not compile generated kernel ", kernel.name, ":\n", log, "\n--- source ---\n",
+                      kernel.source);
+  }
+  size_t cubin_size = 0;
+  a.nvrtcGetCUBINSize(prog, &cubin_size);
+  std::string cubin(cubin_size, '\0');
+  a.nvrtcGetCUBIN(prog, cubin.data());
+  a.nvrtcDestroyProgram(&prog);
+  CUmodule module = nullptr;
+  checkCu(a.cuModuleLoadData(&module, cubin.data()), "cuModuleLoadData");
+  CUfunction fn = nullptr;
+  checkCu(a.cuModuleGetFunction(&fn, module, kernel.name.c_str()), "cuModuleGetFunction");
+  cache.emplace(key, fn);
+  return fn;
+}
+
+}  // namespace
+
+bool cudaKernelsAvailable() { return at::cuda::is_available() && api().error.empty(); }
+
+int64_t currentSmCount() {
+  return at::cuda::is_available() ? at::cuda::getCurrentDeviceProperties()->multiProcessorCount : 132;
+}
+
+void launchGeneratedKernel(const GeneratedKernel& kernel, const std::vector<at::Tensor>& inputs,
+                           const std::vector<at::Tensor>& outputs, const std::vector<double>& scalars) {
+  MF_CHECK(api().error.empty(), api().error);
+  const at::Tensor& any = outputs.empty() ? inputs.at(0) : outputs[0];
+  c10::cuda::CUDAGuard guard(any.device());
+  CUfunction fn = compile(kernel);
+  std::vector<void*> pointers;
+  std::vector<double> scalar_values = scalars;
+  std::vector<void*> args;
+  pointers.reserve(inputs.size() + outputs.size());
+  for (const at::Tensor& t : inputs) pointers.push_back(t.data_ptr());
+  for (const at::Tensor& t : outputs) pointers.push_back(t.data_ptr());
+  for (void*& p : pointers) args.push_back(&p);
+  for (double& s : scalar_values) args.push_back(&s);
+  const KernelLaunch& l = kernel.launch;
+  checkCu(api().cuLaunchKernel(fn, l.grid_x, l.grid_y, l.grid_z, l.block_x, l.block_y, l.block_z,
+                               static_cast<unsigned>(l.shared_mem_bytes), at::cuda::getCurrentCUDAStream().stream(),
+                               args.data(), nullptr),
+          "cuLaunchKernel");
+}
+
+#endif
+
+}  // namespace mf
