@@ -1,0 +1,56 @@
+"""Shared benchmark helpers: timing with CUDA events (or perf_counter on CPU), tables and JSON."""
+import json
+import os
+import statistics
+import time
+
+import torch
+
+
+def time_ms(fn, warmup=5, iters=20, sync=None):
+    """Median milliseconds per call of fn()."""
+    cuda = torch.cuda.is_available() and sync is None
+    for _ in range(warmup):
+        fn()
+    if cuda:
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(iters):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            samples.append(start.elapsed_time(end))
+        return statistics.median(samples)
+    samples = []
+    for _ in range(iters):
+        t0 = time.perf_counter()
+        fn()
+        if sync:
+            sync()
+        samples.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(samples)
+
+
+def print_table(title, rows, columns):
+    print(f"\n{title}")
+    widths = [max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns]
+    print("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
+    for r in rows:
+        print("  ".join(_fmt(r.get(c)).ljust(w) for c, w in zip(columns, widths)))
+
+
+def _fmt(v):
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    return str(v)
+
+
+def write_json(name, payload):
+    out_dir = os.environ.get("MESHFUSER_BENCH_DIR", os.path.join(os.path.dirname(__file__), "results"))
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, name)
+    with open(path, "w") as f:
+        json.dump(payload, f, indent=2)
+    print(f"wrote {path}")
