@@ -19,6 +19,8 @@ Decisions:
   value. A fusion input can't be "partial", so this is the only faithful reading.
 * Uneven shards (an extent not divisible by the mesh size) are refused with `meshfuser.ArgumentError`.
 * Every tensor input must be a DTensor once one is; Python scalars may be mixed in.
+* Outputs get no annotation at all: meshfuser's propagation chooses their mesh and sharding (a mesh
+  without a split would mean "replicated" to meshfuser and force Allgathers).
 * `compile(...)(*dtensors)` returns the single output DTensor, or a tuple when there are several.
 """
 from . import _C
@@ -191,7 +193,6 @@ class CompiledFunction:
             raise _C.ArgumentError(
                 f"{self.__name__}: the definition has {fusion.num_inputs()} inputs; got {len(inputs)}")
         meshes = {}
-        first_mesh = None
         for i, (t, pl) in enumerate(zip(inputs, placements)):
             if pl is None:
                 if fusion.input_is_tensor(i):
@@ -210,16 +211,15 @@ class CompiledFunction:
             if ranks not in meshes:
                 meshes[ranks] = DeviceMesh(t.device_mesh.mesh)
             mesh = meshes[ranks]
-            first_mesh = first_mesh or mesh
             _schedule_input(tv, mesh, pl)
         if len(meshes) > 1:
             raise _C.ArgumentError(
                 f"{self.__name__}: the DTensor inputs live on {len(meshes)} different device meshes "
                 f"{[list(r[0]) for r in meshes]}; use one mesh")
-        for o in range(fusion.num_outputs()):
-            out = fusion.output(o)
-            if isinstance(out, _C.TensorView) and not out.has_device_mesh():
-                out.set_device_mesh(first_mesh)  # sharding left to meshfuser's propagation
+        # Outputs are left unannotated: meshfuser's sharding propagation gives them the mesh and the
+        # sharding (column parallel -> Shard(n), a sharded contraction -> Allreduce -> Replicate).
+        # `set_device_mesh` alone would pin them as *replicated* on the mesh (meshfuser reads "mesh,
+        # no DID" as Replicate) and force Allgathers of the inputs instead.
         return fd
 
 

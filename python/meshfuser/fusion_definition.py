@@ -296,3 +296,6 @@ def _cuda_kernels(self, inputs):
 
 
 FusionDefinition.cuda_kernels = _cuda_kernels
+
+
+from . import dtensor  # noqa: E402,F401  (makes `meshfuser.dtensor` available after `import meshfuser`)

@@ -23,7 +23,7 @@ def run_both(fd, inputs, expect_scheduler):
     assert expect_scheduler in schedulers, schedulers
     for r, e in zip(result, reference):
         tol = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 2e-2}.get(e.dtype, 0)
-        torch.testing.assert_close(r.cpu(), e, rtol=max(tol, 1.3e-6), atol=max(tol, 1e-5))
+        torch.testing.assert_close(r.cpu(), e, rtol=max(tol, 1.3e-6), atol=max(tol, 1e-5), equal_nan=True)
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
@@ -90,4 +90,4 @@ def test_random_pointwise_fusions(ops, rows, cols, dtype, bias):
     reference = fd.execute(inputs)[0]
     result = fd.execute([t.cuda() for t in inputs])[0].cpu()
     tol = {torch.float32: 1e-4, torch.float16: 1e-2, torch.bfloat16: 6e-2}[dtype]
-    torch.testing.assert_close(result, reference, rtol=tol, atol=tol)
+    torch.testing.assert_close(result, reference, rtol=tol, atol=tol, equal_nan=True)
