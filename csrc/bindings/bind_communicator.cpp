@@ -10,8 +10,9 @@ namespace py = pybind11;
 namespace mf {
 
 void bindCommunicator(py::module& m) {
-  py::class_<c10d::Work, c10::intrusive_ptr<c10d::Work>>(m, "Work").def(
-      "wait", [](c10d::Work& w) { return w.wait(); }, py::call_guard<py::gil_scoped_release>());
+  // c10d::Work is returned as torch.distributed's own Work type (registered by torch; we share its
+  // pybind11 headers and therefore its type registry), so .wait() behaves as users know it.
+  py::module_::import("torch.distributed");
   auto comm = py::class_<Communicator, std::unique_ptr<Communicator, py::nodelete>>(m, "_Communicator");
   comm.def_static("instance", &Communicator::instance, py::return_value_policy::reference)
       .def("init", &Communicator::init)

@@ -1,4 +1,7 @@
 """meshfuser: one program with global shapes and a few sharding annotations, run on 1..N devices."""
+import torch  # noqa: F401  (loads libtorch before the extension)
+import torch.distributed  # noqa: F401  (registers c10d types the extension returns)
+
 from . import _C
 from ._C import DataType, ParallelType, Error, ArgumentError, InternalError, __version__
 from .mesh import DeviceMesh

@@ -10,8 +10,9 @@ everything else, and the outputs come back as DTensors on the inputs' torch Devi
 Mapping (for a torch mesh of k <= 3 dims): mesh dim k-1 (the last) <-> mesh_x, k-2 <-> mesh_y,
 k-3 <-> mesh_z; the meshfuser mesh is `DeviceMesh(dtensor.device_mesh.mesh)`.
 `Shard(d)` on mesh dim i <-> an outer split of tensor axis d by that mesh dim's size, the outer part
-parallelized on the mesh dim's parallel type (several mesh dims on one tensor axis nest in mesh-dim
-order, as DTensor does). `Replicate()` <-> no split.
+parallelized on the mesh dim's parallel type. `Replicate()` <-> no split. One tensor axis sharded on
+several mesh dims (e.g. `[Shard(0), Shard(0)]`) is refused: meshfuser shards one outer split per
+logical axis in this version.
 
 Decisions:
 * `Partial()` inputs are reduced first: `dt.redistribute(dt.device_mesh, [Replicate() if Partial else p])`
@@ -116,13 +117,25 @@ def _normalized(i, dt):
                     f"input {i}: uneven shard: tensor axis {p.dim} has extent {extent}, not divisible by mesh "
                     f"size {factor[p.dim]} (mesh dim {mesh_dim}{dim_name}, placements "
                     f"{_placements_str(dt.placements)}); meshfuser needs even shards")
+    # Nested shards (one tensor axis on several mesh dims) need a split of a split to be sharded,
+    # which meshfuser refuses in this version.
+    by_axis = {}
+    for mesh_dim, p in enumerate(placements):
+        if isinstance(p, Shard):
+            by_axis.setdefault(p.dim, []).append(mesh_dim)
+    for axis, mesh_dims in by_axis.items():
+        if len(mesh_dims) > 1:
+            raise _C.ArgumentError(
+                f"input {i}: tensor axis {axis} is sharded on mesh dims {mesh_dims} "
+                f"({_placements_str(dt.placements)}); meshfuser shards one outer split per tensor axis in "
+                f"this version, so one tensor axis can be sharded on one mesh dim only")
     return placements
 
 
 # -- 1. compile -------------------------------------------------------------------------------------
 
 def _schedule_input(tv, mesh, placements):
-    """Outer-split each sharded tensor axis by its mesh dims' sizes and parallelize the outer parts.
+    """Outer-split each sharded tensor axis by its mesh dim's size and parallelize the outer part.
     Axes are handled from the highest to the lowest, so the loop position of tensor axis d is still d
     when it is split (the inputs' loop domains start equal to their logical domains)."""
     _, _, Shard, _, _ = _torch()
@@ -314,7 +327,6 @@ def execute_with_dtensors(fd, inputs):
             raise _C.ArgumentError(
                 f"input {i}: placement mismatch: the fusion expects {_placements_str(expected)} on its mesh; "
                 f"the DTensor has {_placements_str(t.placements)}")
-        _check_nesting(i, tv, placements)
         if not any(tm is t.device_mesh for tm in torch_meshes):
             torch_meshes.append(t.device_mesh)
         device_type = device_type or t.device_mesh.device_type
@@ -325,24 +337,3 @@ def execute_with_dtensors(fd, inputs):
         return wrapped, shardings
     return wrapped
 
-
-def _check_nesting(i, tv, placements):
-    """When several mesh dims shard one tensor axis, DTensor nests them in mesh-dim order (the lower mesh
-    dim outermost); the fusion input's loop domain must do the same."""
-    _, _, Shard, _, _ = _torch()
-    k = len(placements)
-    by_axis = {}
-    for mesh_dim, p in enumerate(placements):
-        if isinstance(p, Shard):
-            by_axis.setdefault(p.dim, []).append(mesh_dim)
-    if all(len(v) < 2 for v in by_axis.values()):
-        return
-    position = {}
-    for pos in range(tv.ndim):
-        position[str(tv.axis_info(pos)[1])] = pos
-    for axis, mesh_dims in by_axis.items():
-        pos = [position.get(str(_parallel_type(m, k)), -1) for m in mesh_dims]
-        if len(mesh_dims) > 1 and pos != sorted(pos):
-            raise _C.ArgumentError(
-                f"input {i}: tensor axis {axis} is sharded on mesh dims {mesh_dims} nested in a different order "
-                f"than DTensor's (lower mesh dim outermost)")
