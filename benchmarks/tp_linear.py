@@ -48,11 +48,13 @@ def column_parallel_ag(d, T, h, ffn):
 
 
 def peak_mib(fn):
+    """Peak memory allocated during one call, above what was allocated before it."""
     torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
     fn()
     torch.cuda.synchronize()
-    return torch.cuda.max_memory_allocated() / 2**20
+    return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
 def main():
@@ -70,9 +72,10 @@ def main():
         fd = row_parallel_rs(d, T, h, ffn)
         rs_out = torch.empty(T // d, h, dtype=torch.bfloat16, device=dev)
 
-        def eager_rs():
-            dist.reduce_scatter_tensor(rs_out, F.linear(x, w))
-            return rs_out
+        def eager_rs():  # allocates its output per call, as a layer does
+            out = torch.empty(T // d, h, dtype=torch.bfloat16, device=dev)
+            dist.reduce_scatter_tensor(out, F.linear(x, w))
+            return out
 
         def mf_rs():
             return fd.execute([x, w])[0]
@@ -87,15 +90,17 @@ def main():
                      "eager_ms": e, "meshfuser_ms": m, "ratio": m / e,
                      "eager_peak_MiB": peak_mib(eager_rs), "meshfuser_peak_MiB": peak_mib(mf_rs)})
         del x, w, rs_out
+        torch.cuda.empty_cache()
         # Column-parallel: x [T/d, h] all-gathered on T, w [ffn/d, h] -> out [T, ffn/d].
         x = torch.randn(T // d, h, dtype=torch.bfloat16, device=dev) * 0.05
         w = torch.randn(ffn // d, h, dtype=torch.bfloat16, device=dev) * 0.05
         fd = column_parallel_ag(d, T, h, ffn)
         full = torch.empty(T, h, dtype=torch.bfloat16, device=dev)
 
-        def eager_ag():
-            dist.all_gather_into_tensor(full, x)
-            return F.linear(full, w)
+        def eager_ag():  # allocates the gathered input per call, as a layer does
+            gathered = torch.empty(T, h, dtype=torch.bfloat16, device=dev)
+            dist.all_gather_into_tensor(gathered, x)
+            return F.linear(gathered, w)
 
         def mf_ag():
             return fd.execute([x, w])[0]
@@ -108,6 +113,7 @@ def main():
                      "eager_ms": e, "meshfuser_ms": m, "ratio": m / e,
                      "eager_peak_MiB": peak_mib(eager_ag), "meshfuser_peak_MiB": peak_mib(mf_ag)})
         del x, w, full
+        torch.cuda.empty_cache()
     team = list(range(d))
     for mib in [16, 64, 256, 512]:
         n = mib * 2**20 // 2

@@ -90,7 +90,13 @@ std::vector<int64_t> Communicator::failedRanks(bool ok) {
   at::Tensor flags = at::zeros({size_}, at::kInt);
   flags[rank_] = ok ? 0 : 1;
   std::vector<at::Tensor> ts = {flags};
-  cpu_->getBackend(c10::DeviceType::CPU)->allreduce(ts)->wait();
+  try {
+    cpu_->getBackend(c10::DeviceType::CPU)->allreduce(ts)->wait();
+  } catch (const c10::Error& e) {
+    MF_THROW_USER("input validation could not agree with the other ranks (", e.what_without_backtrace(),
+                  "): this rank met a new input signature while the others reused a program they had already "
+                  "validated, i.e. the ranks' inputs differ; every rank must call execute with matching inputs");
+  }
   auto acc = flags.accessor<int, 1>();
   for (int64_t r = 0; r < size_; ++r) {
     if (acc[r] != 0) failed.push_back(r);

@@ -105,8 +105,10 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
   ExtentBindings bindings;
   std::string error = validate(inputs, bindings);
   bool has_comms = !program_->teams().empty();
-  if (multi_rank_ && has_comms && !isDisabled(DisableOption::CollectiveValidation)) {
+  if (multi_rank_ && has_comms && !validated_everywhere_ && !isDisabled(DisableOption::CollectiveValidation)) {
     // Agree before posting anything, so a bad input on one rank cannot leave the others waiting.
+    // Validation depends only on the input signature, which keys this executor: once every rank
+    // passed with it, later calls with the same signature pass too and skip the round trip.
     auto failed = comm.failedRanks(error.empty());
     if (error.empty() && !failed.empty()) {
       std::string list;
@@ -114,6 +116,7 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
       MF_THROW_USER("input validation failed on rank(s) ", list, "; see the error raised there (rank ", comm.rank(),
                     " had valid inputs)");
     }
+    validated_everywhere_ = failed.empty();
   }
   MF_USER_CHECK(error.empty(), "execute: ", error);
   if (!teams_created_ && multi_rank_) {

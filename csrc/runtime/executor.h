@@ -54,6 +54,7 @@ class FusionExecutor {
   // Local reshuffles that finish a communication once its data arrived (run at its Wait).
   std::unordered_map<const Val*, std::function<at::Tensor()>> pending_finish_;
   bool multi_rank_ = false;
+  bool validated_everywhere_ = false;
   bool teams_created_ = false;
 };
 

@@ -27,11 +27,14 @@ def _ensure_initialized():
             dist.init_process_group(backend="gloo", rank=0, world_size=1)
     world = dist.group.WORLD
     global _cpu_group
-    # A Gloo group for control messages (collective input validation) that never touches GPUs.
-    if dist.get_backend(world) == "gloo" or "gloo" in str(dist.get_backend_config(world)):
+    # A Gloo group for control messages (collective input validation) that never touches GPUs, with
+    # a bounded timeout so that ranks that disagree get an error instead of waiting forever.
+    if dist.get_world_size() == 1:
         _cpu_group = world
     else:
-        _cpu_group = dist.new_group(backend="gloo")
+        import datetime
+        seconds = int(os.environ.get("MESHFUSER_VALIDATION_TIMEOUT_S", "120"))
+        _cpu_group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=seconds))
     rank, size = dist.get_rank(), dist.get_world_size()
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     local_size = int(os.environ.get("LOCAL_WORLD_SIZE", size))
