@@ -233,5 +233,87 @@ std::unordered_map<const TensorView*, std::string> emitOffsets(const Region& r, 
   return off;
 }
 
+namespace {
+
+bool isVectorLoad(const IndexPlan& p, int64_t vec, const TensorView* tv) {
+  return vec > 1 && p.strides.at(tv).back() != 0;
+}
+
+std::string arrayType(const TensorView* tv, int64_t vec) {
+  return "mf_array<" + cudaType(tv->dtype()) + ", " + std::to_string(vec) + ">";
+}
+
+}  // namespace
+
+std::string timesText(const std::string& expr, int64_t n) {
+  if (n == 1) return expr;
+  bool sum = expr.find_first_of("+-") != std::string::npos;
+  return (sum ? "(" + expr + ")" : expr) + " * " + std::to_string(n);
+}
+
+void emitGroupArrays(const Region& r, const IndexPlan& p, int64_t vec, int64_t unroll, const std::string& indent,
+                     std::ostringstream& os) {
+  for (const TensorView* tv : r.loads) {
+    if (isVectorLoad(p, vec, tv)) os << indent << arrayType(tv, vec) << " v" << tv->name() << "[" << unroll << "];\n";
+    else os << indent << "float x" << tv->name() << "[" << unroll << "];\n";
+  }
+}
+
+void emitGroupLoads(const Region& r, const IndexPlan& p, int64_t vec, const std::string& flat, const std::string& itype,
+                    const std::string& slot, const std::string& indent, std::ostringstream& os) {
+  auto off = emitOffsets(r, p, flat, "c", itype, indent, os);
+  for (const TensorView* tv : r.loads) {
+    const std::string name = std::to_string(tv->name());
+    if (isVectorLoad(p, vec, tv)) {
+      std::string arr = arrayType(tv, vec);
+      std::string src = "*reinterpret_cast<const " + arr + "*>(" + tensorParam(tv) + " + " + off.at(tv) + ")";
+      if (slot.empty()) os << indent << "const " << arr << " v" << name << " = " << src << ";\n";
+      else os << indent << "v" << name << slot << " = " << src << ";\n";
+      continue;
+    }
+    std::string src = loadExpr(tv->dtype(), tensorParam(tv) + "[" + off.at(tv) + "]");
+    if (slot.empty()) {
+      os << indent << "const float " << tensorLocal(tv) << " = " << src << ";"
+         << (vec > 1 ? "  // broadcast over the vector" : "") << "\n";
+    } else {
+      os << indent << "x" << name << slot << " = " << src << ";" << (vec > 1 ? "  // broadcast over the vector" : "")
+         << "\n";
+    }
+  }
+}
+
+void emitGroupCompute(const Region& r, const IndexPlan& p, int64_t vec, const std::string& flat,
+                      const std::string& slot, const std::string& indent, std::ostringstream& os,
+                      const std::function<void(const std::string&)>& consume) {
+  std::string bi = indent;
+  if (vec > 1) {
+    for (const TensorView* tv : r.stores) os << indent << arrayType(tv, vec) << " o" << tv->name() << ";\n";
+    os << "#pragma unroll\n" << indent << "for (int k = 0; k < " << vec << "; ++k) {\n";
+    bi = indent + "  ";
+  }
+  for (const TensorView* tv : r.loads) {
+    const std::string name = std::to_string(tv->name());
+    if (isVectorLoad(p, vec, tv)) {
+      os << bi << "const float " << tensorLocal(tv) << " = " << loadExpr(tv->dtype(), "v" + name + slot + ".v[k]")
+         << ";\n";
+    } else if (!slot.empty()) {
+      os << bi << "const float " << tensorLocal(tv) << " = x" << name << slot << ";\n";
+    }
+  }
+  for (const Expr* e : r.exprs) os << emitExpr(e, bi);
+  if (consume) consume(bi);
+  for (const TensorView* tv : r.stores) {
+    std::string dst = vec == 1 ? tensorParam(tv) + "[" + flat + "]" : "o" + std::to_string(tv->name()) + ".v[k]";
+    os << bi << dst << " = " << storeExpr(tv->dtype(), tensorLocal(tv)) << ";\n";
+  }
+  if (vec > 1) {
+    os << indent << "}\n";
+    for (const TensorView* tv : r.stores) {
+      os << indent << "*reinterpret_cast<" << arrayType(tv, vec) << "*>(" << tensorParam(tv) << " + " << flat
+         << ") = o" << tv->name() << ";\n";
+    }
+  }
+}
+
 }  // namespace codegen
 }  // namespace mf

@@ -1,11 +1,13 @@
-// The pointwise kernel: one thread per group of `vec` consecutive output elements, grid-stride loop
-// over the flat index of the (contiguous) outputs.
+// The pointwise kernel: grid-stride loop over groups of `vec` consecutive output elements (flat
+// index of the contiguous outputs).
 //
 // Requires: a Pointwise Schedule. Guarantees: every output element is written exactly once; inputs
 // are read through their own strides (broadcast axes have stride 0); inputs contiguous over the
 // whole domain use the flat index directly; with vec > 1 every tensor whose inner stride is 1 is
 // read/written with one aligned vector access per group (the scheduler checked divisibility and
-// alignment), and inputs broadcast along the inner axis are read once per group.
+// alignment), and inputs broadcast along the inner axis are read once per group. With unroll U > 1
+// the main loop takes U groups per thread (strided by the grid, so every warp access stays
+// coalesced) and issues all their loads before any math or store; a one-group loop does the tail.
 #include "codegen/internal.h"
 
 namespace mf {
@@ -15,57 +17,42 @@ std::string emitPointwise(const Analysis& a, const Schedule& s, const std::strin
   const Region& r = s.main;
   const IndexPlan& p = s.main_index;
   const std::string it = indexType(s.index64);
-  const int64_t v = s.vec;
+  const int64_t v = s.vec, u = s.unroll;
+  const int64_t groups = r.numel() / v;
   std::ostringstream os;
   os << prelude() << "\n" << signature(a, name_token, s.launch.block_x);
   os << "  // pointwise over [";
   for (size_t d = 0; d < r.extents.size(); ++d) os << (d ? ", " : "") << r.extents[d];
-  os << "] (" << r.numel() << " elements, " << v << " per thread step)\n";
-  const std::string g = v == 1 ? "i" : "g";
-  os << "  for (" << it << " " << g << " = (" << it << ")blockIdx.x * blockDim.x + threadIdx.x; " << g << " < "
-     << r.numel() / v << "; " << g << " += (" << it << ")gridDim.x * blockDim.x) {\n";
-  if (v > 1) os << "    const " << it << " i = " << g << " * " << v << ";\n";
-  auto off = emitOffsets(r, p, "i", "c", it, "    ", os);
-  std::string body_indent = "    ";
-  if (v == 1) {
-    for (const TensorView* tv : r.loads) {
-      os << "    const float " << tensorLocal(tv) << " = "
-         << loadExpr(tv->dtype(), tensorParam(tv) + "[" + off.at(tv) + "]") << ";\n";
-    }
-  } else {
-    for (const TensorView* tv : r.loads) {
-      if (p.strides.at(tv).back() == 0) {
-        os << "    const float " << tensorLocal(tv) << " = "
-           << loadExpr(tv->dtype(), tensorParam(tv) + "[" + off.at(tv) + "]") << ";  // broadcast over the vector\n";
-      } else {
-        std::string arr = "mf_array<" + cudaType(tv->dtype()) + ", " + std::to_string(v) + ">";
-        os << "    const " << arr << " v" << tv->name() << " = *reinterpret_cast<const " << arr << "*>(" << tensorParam(tv)
-           << " + " << off.at(tv) << ");\n";
-      }
-    }
-    for (const TensorView* tv : r.stores) {
-      os << "    mf_array<" << cudaType(tv->dtype()) << ", " << v << "> o" << tv->name() << ";\n";
-    }
-    os << "#pragma unroll\n    for (int k = 0; k < " << v << "; ++k) {\n";
-    body_indent = "      ";
-    for (const TensorView* tv : r.loads) {
-      if (p.strides.at(tv).back() == 0) continue;
-      os << body_indent << "const float " << tensorLocal(tv) << " = "
-         << loadExpr(tv->dtype(), "v" + std::to_string(tv->name()) + ".v[k]") << ";\n";
-    }
+  os << "] (" << r.numel() << " elements, " << v << " per thread step";
+  if (u > 1) os << ", " << u << " steps unrolled";
+  os << ")\n";
+  if (u == 1) {
+    const std::string g = v == 1 ? "i" : "g";
+    os << "  for (" << it << " " << g << " = (" << it << ")blockIdx.x * blockDim.x + threadIdx.x; " << g << " < "
+       << groups << "; " << g << " += (" << it << ")gridDim.x * blockDim.x) {\n";
+    if (v > 1) os << "    const " << it << " i = g * " << v << ";\n";
+    emitGroupLoads(r, p, v, "i", it, "", "    ", os);
+    emitGroupCompute(r, p, v, "i", "", "    ", os);
+    os << "  }\n}\n";
+    return os.str();
   }
-  for (const Expr* e : r.exprs) os << emitExpr(e, body_indent);
-  for (const TensorView* tv : r.stores) {
-    std::string dst = v == 1 ? tensorParam(tv) + "[i]" : "o" + std::to_string(tv->name()) + ".v[k]";
-    os << body_indent << dst << " = " << storeExpr(tv->dtype(), tensorLocal(tv)) << ";\n";
-  }
-  if (v > 1) {
-    os << "    }\n";
-    for (const TensorView* tv : r.stores) {
-      std::string arr = "mf_array<" + cudaType(tv->dtype()) + ", " + std::to_string(v) + ">";
-      os << "    *reinterpret_cast<" << arr << "*>(" << tensorParam(tv) << " + i) = o" << tv->name() << ";\n";
-    }
-  }
+  os << "  const " << it << " step = (" << it << ")gridDim.x * blockDim.x;\n";
+  os << "  " << it << " g = (" << it << ")blockIdx.x * blockDim.x + threadIdx.x;\n";
+  os << "  for (; g + " << u - 1 << " * step < " << groups << "; g += " << u << " * step) {  // " << u
+     << " groups: all loads, then the math\n";
+  emitGroupArrays(r, p, v, u, "    ", os);
+  os << "#pragma unroll\n    for (int u = 0; u < " << u << "; ++u) {\n";
+  os << "      const " << it << " i = " << timesText("g + u * step", v) << ";\n";
+  emitGroupLoads(r, p, v, "i", it, "[u]", "      ", os);
+  os << "    }\n";
+  os << "#pragma unroll\n    for (int u = 0; u < " << u << "; ++u) {\n";
+  os << "      const " << it << " i = " << timesText("g + u * step", v) << ";\n";
+  emitGroupCompute(r, p, v, "i", "[u]", "      ", os);
+  os << "    }\n  }\n";
+  os << "  for (; g < " << groups << "; g += step) {  // tail: one group per step\n";
+  os << "    const " << it << " i = " << timesText("g", v) << ";\n";
+  emitGroupLoads(r, p, v, "i", it, "", "    ", os);
+  emitGroupCompute(r, p, v, "i", "", "    ", os);
   os << "  }\n}\n";
   return os.str();
 }

@@ -3,12 +3,16 @@
 // Requires: an InnerReduction or OuterReduction Schedule. Guarantees: exact and deterministic
 // results (a fixed combine order for a given launch, no atomics); accumulation in float; every
 // element of the reduction input is visited once, so prologue outputs are written exactly once;
-// the epilogue runs once per output element, on one thread, after the full combine.
+// the epilogue runs once per output element, on one thread, after the full combine. The prologue
+// reads groups of `vec` consecutive elements with one vector access per tensor, and the main loops
+// load `unroll` groups per thread before accumulating any of them (a one-group loop does the tail).
 //   inner  X viewed as [rows, red]: blockDim.y rows per block, blockDim.x threads per row strided
-//          over red, then __shfl_xor_sync inside the warp and, when a row spans several warps
-//          (blockDim.y == 1), a shared-memory combine of the per-warp results.
-//   outer  X viewed as [red, rows]: a block owns 32 adjacent columns (threadIdx.x, coalesced), and
-//          threadIdx.y splits the reduced rows; the blockDim.y partials combine in a shared-memory tree.
+//          over the row's vectors, then __shfl_xor_sync inside the warp and, when a row spans
+//          several warps (blockDim.y == 1), a shared-memory combine of the per-warp results.
+//   outer  X viewed as [red, rows]: a block owns blockDim.x * vec adjacent columns (each thread
+//          `vec` of them, one vector load per reduced row), threadIdx.y splits the reduced rows;
+//          the blockDim.y partials combine in a shared-memory tree, then the block's threads run
+//          the epilogue one column each.
 #include <algorithm>
 #include <cmath>
 
@@ -51,22 +55,48 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
   const TensorView* y = red->out();
   const std::string acc = tensorLocal(y);
   const std::string it = indexType(s.index64);
-  const int64_t tx = s.launch.block_x, ty = s.launch.block_y;
+  const int64_t tx = s.launch.block_x, ty = s.launch.block_y, v = s.vec, u = s.unroll;
   const bool inner = s.kind == Kind::InnerReduction;
   const bool y_is_output =
       std::find(a.segment->outputs.begin(), a.segment->outputs.end(), y) != a.segment->outputs.end();
   std::ostringstream os;
   os << prelude() << "\n" << signature(a, name_token, tx * ty);
   os << "  // " << (inner ? "inner" : "outer") << " reduction " << red->toString() << ": " << s.rows << " rows x "
-     << s.red << " reduced elements, " << tx << " x " << ty << " threads per block\n";
+     << s.red << " reduced elements, " << tx << " x " << ty << " threads per block, " << v << " per vector, " << u
+     << " vectors per step\n";
 
   auto emitEpilogue = [&](const std::string& indent) {
     emitRegionBody(s.epilogue, s.epilogue_index, "row", "e", it, indent, os);
     if (y_is_output) os << indent << tensorParam(y) << "[row] = " << storeExpr(y->dtype(), acc) << ";\n";
   };
-  auto emitPrologue = [&](const std::string& indent) {
-    emitRegionBody(s.main, s.main_index, "i", "c", it, indent, os);
-    os << indent << acc << " = " << combine(op, acc, tensorLocal(x)) << ";\n";
+  // The reduction loop over index variable `j` (from `first`, step `stride`, below `count`);
+  // `flat(e)` is the flat prologue index of the group at j = e; `accumulate(indent)` folds x in.
+  auto emitLoop = [&](const std::string& first, int64_t stride, int64_t count,
+                      const std::function<std::string(const std::string&)>& flat,
+                      const std::function<void(const std::string&)>& accumulate, const std::string& indent) {
+    const std::string in = indent + "  ";
+    if (u > 1) {
+      os << indent << it << " j = " << first << ";\n";
+      os << indent << "for (; j + " << (u - 1) * stride << " < " << count << "; j += " << u * stride << ") {  // "
+         << u << " groups: all loads, then the math\n";
+      emitGroupArrays(s.main, s.main_index, v, u, in, os);
+      os << "#pragma unroll\n" << in << "for (int u = 0; u < " << u << "; ++u) {\n";
+      os << in << "  const " << it << " i = " << flat("j + u * " + std::to_string(stride)) << ";\n";
+      emitGroupLoads(s.main, s.main_index, v, "i", it, "[u]", in + "  ", os);
+      os << in << "}\n";
+      os << "#pragma unroll\n" << in << "for (int u = 0; u < " << u << "; ++u) {\n";
+      os << in << "  const " << it << " i = " << flat("j + u * " + std::to_string(stride)) << ";\n";
+      emitGroupCompute(s.main, s.main_index, v, "i", "[u]", in + "  ", os, accumulate);
+      os << in << "}\n";
+      os << indent << "}\n";
+      os << indent << "for (; j < " << count << "; j += " << stride << ") {\n";
+    } else {
+      os << indent << "for (" << it << " j = " << first << "; j < " << count << "; j += " << stride << ") {\n";
+    }
+    os << in << "const " << it << " i = " << flat("j") << ";\n";
+    emitGroupLoads(s.main, s.main_index, v, "i", it, "", in, os);
+    emitGroupCompute(s.main, s.main_index, v, "i", "", in, os, accumulate);
+    os << indent << "}\n";
   };
 
   if (inner) {
@@ -76,10 +106,10 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
     os << "  for (" << it << " row = (" << it << ")blockIdx.x" << per_block << (ty == 1 ? "" : " + threadIdx.y")
        << "; row < " << s.rows << "; row += (" << it << ")gridDim.x" << per_block << ") {\n";
     os << "    float " << acc << " = " << initValue(op) << ";\n";
-    os << "    for (" << it << " k = threadIdx.x; k < " << s.red << "; k += " << tx << ") {\n";
-    os << "      const " << it << " i = row * " << s.red << " + k;\n";
-    emitPrologue("      ");
-    os << "    }\n";
+    emitLoop("threadIdx.x", tx, s.red / v,
+             [&](const std::string& j) { return "row * " + std::to_string(s.red) + " + " + timesText(j, v); },
+             [&](const std::string& ind) { os << ind << acc << " = " << combine(op, acc, tensorLocal(x)) << ";\n"; },
+             "    ");
     os << "    for (int o = 16; o > 0; o >>= 1) " << acc << " = "
        << combine(op, acc, "__shfl_xor_sync(0xffffffffu, " + acc + ", o)") << ";\n";
     if (block_mode) {
@@ -99,24 +129,38 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
     return os.str();
   }
 
-  os << "  __shared__ float mf_partial[" << ty << "][32];\n";
-  os << "  for (" << it << " col0 = (" << it << ")blockIdx.x * 32; col0 < " << s.rows << "; col0 += (" << it
-     << ")gridDim.x * 32) {\n";
-  os << "    const " << it << " row = col0 + threadIdx.x;\n";
-  os << "    float " << acc << " = " << initValue(op) << ";\n";
-  os << "    if (row < " << s.rows << ") {\n";
-  os << "      for (" << it << " k = threadIdx.y; k < " << s.red << "; k += " << ty << ") {\n";
-  os << "        const " << it << " i = k * " << s.rows << " + row;\n";
-  emitPrologue("        ");
-  os << "      }\n    }\n";
-  os << "    mf_partial[threadIdx.y][threadIdx.x] = " << acc << ";\n";
+  const int64_t tile = tx * v;  // columns per block
+  const std::string lane = v > 1 ? "k" : "0";
+  os << "  __shared__ float mf_partial[" << ty << "][" << tile << "];\n";
+  os << "  for (" << it << " col0 = (" << it << ")blockIdx.x * " << tile << "; col0 < " << s.rows << "; col0 += ("
+     << it << ")gridDim.x * " << tile << ") {\n";
+  os << "    const " << it << " col = col0 + " << timesText("threadIdx.x", v) << ";  // this thread's first column\n";
+  os << "    float mf_acc[" << v << "];\n";
+  os << "    for (int k = 0; k < " << v << "; ++k) mf_acc[k] = " << initValue(op) << ";\n";
+  os << "    if (col < " << s.rows << ") {\n";
+  emitLoop("threadIdx.y", ty, s.red,
+           [&](const std::string& j) { return timesText(j, s.rows) + " + col"; },
+           [&](const std::string& ind) {
+             os << ind << "mf_acc[" << lane << "] = " << combine(op, "mf_acc[" + lane + "]", tensorLocal(x)) << ";\n";
+           },
+           "      ");
+  os << "    }\n";
+  os << "    for (int k = 0; k < " << v << "; ++k) mf_partial[threadIdx.y][" << timesText("threadIdx.x", v)
+     << " + k] = mf_acc[k];\n";
   os << "    __syncthreads();\n";
   os << "    for (int h = " << ty / 2 << "; h > 0; h >>= 1) {\n";
-  os << "      if (threadIdx.y < h) mf_partial[threadIdx.y][threadIdx.x] = "
-     << combine(op, "mf_partial[threadIdx.y][threadIdx.x]", "mf_partial[threadIdx.y + h][threadIdx.x]") << ";\n";
+  os << "      if (threadIdx.y < h) {\n";
+  os << "        for (int k = 0; k < " << v << "; ++k) {\n";
+  const std::string c = timesText("threadIdx.x", v) + " + k";
+  os << "          mf_partial[threadIdx.y][" << c << "] = "
+     << combine(op, "mf_partial[threadIdx.y][" + c + "]", "mf_partial[threadIdx.y + h][" + c + "]") << ";\n";
+  os << "        }\n      }\n";
   os << "      __syncthreads();\n    }\n";
-  os << "    if (threadIdx.y == 0 && row < " << s.rows << ") {\n";
-  os << "      " << acc << " = mf_partial[0][threadIdx.x];\n";
+  os << "    for (int c = threadIdx.y * " << tx << " + threadIdx.x; c < " << tile << "; c += " << tx * ty
+     << ") {  // the epilogue, one column per thread\n";
+  os << "      const " << it << " row = col0 + c;\n";
+  os << "      if (row >= " << s.rows << ") break;\n";
+  os << "      const float " << acc << " = mf_partial[0][c];\n";
   emitEpilogue("      ");
   os << "    }\n";
   os << "    __syncthreads();\n";

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -80,7 +81,8 @@ struct Schedule {
   Region main;      // pointwise: the whole segment; reduction: the prologue over the reduction input
   Region epilogue;  // reduction only: the ops after it, over the reduction output
   IndexPlan main_index, epilogue_index;
-  int64_t vec = 1;  // pointwise: elements per thread per step (1: no vector access)
+  int64_t vec = 1;     // elements per vector access of the main region (1: scalar accesses)
+  int64_t unroll = 1;  // vector groups per thread per main-loop step, all loaded before any math
   bool index64 = false;
   // Reductions: rows x reduced extent. Inner: X viewed as [rows, red]; outer: as [red, rows].
   int64_t rows = 1, red = 1;
@@ -109,6 +111,21 @@ std::unordered_map<const TensorView*, std::string> emitOffsets(const Region& r, 
                                                                const std::string& flat, const std::string& prefix,
                                                                const std::string& itype, const std::string& indent,
                                                                std::ostringstream& os);
+
+// One group of `vec` consecutive elements of a region at flat index `flat` (a multiple of vec).
+// Loads: with slot "" the values are declared here (vectors as vN, scalars straight into tN); with
+// a slot like "[u]" they are assigned into the arrays that emitGroupArrays declared (vN[], xN[]).
+void emitGroupArrays(const Region& r, const IndexPlan& p, int64_t vec, int64_t unroll, const std::string& indent,
+                     std::ostringstream& os);
+void emitGroupLoads(const Region& r, const IndexPlan& p, int64_t vec, const std::string& flat, const std::string& itype,
+                    const std::string& slot, const std::string& indent, std::ostringstream& os);
+// The math of one loaded group: per element (lane `k` when vec > 1) the region's exprs, then
+// `consume(indent)` (e.g. the reduction's combine), then the stores (one vector store per output).
+void emitGroupCompute(const Region& r, const IndexPlan& p, int64_t vec, const std::string& flat,
+                      const std::string& slot, const std::string& indent, std::ostringstream& os,
+                      const std::function<void(const std::string&)>& consume = {});
+// "expr * n" (or expr when n == 1), parenthesized when expr is a sum.
+std::string timesText(const std::string& expr, int64_t n);
 
 // ---- kernels ----
 std::string emitPointwise(const Analysis& a, const Schedule& s, const std::string& name_token);

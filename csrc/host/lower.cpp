@@ -106,33 +106,40 @@ Communication lowerResharding(HostProgram& hp, Expr* e, int64_t rank) {
     auto team = unionSorted(receivers, {c.root});
     addTeam(hp, team);
     c.team = std::find(team.begin(), team.end(), rank) != team.end() ? team : std::vector<int64_t>{};
-  } else if (p_sharded && q_sharded) {
-    DeviceSplit ps = deviceSplit(p, pt);
-    DeviceSplit qs = deviceSplit(q, pt);
-    MF_USER_CHECK(p2c[ps.axis] == qs.axis && senders.size() == receivers.size(), e->toString(),
-                  ": between different meshes, a sharded tensor can move only to a mesh of the same size on the same "
-                  "axis; got ", p->mesh().toString(), " axis ", ps.axis, " -> ", q->mesh().toString(), " axis ", qs.axis);
-    c.type = CommunicationType::SendRecv;
-    c.out_axis = qs.axis;
-    for (size_t i = 0; i < senders.size(); ++i) {
-      c.pairs.emplace_back(senders[i], receivers[i]);
-      if (senders[i] != receivers[i]) addTeam(hp, unionSorted({senders[i]}, {receivers[i]}));
-      if (senders[i] == rank || receivers[i] == rank) c.team = unionSorted({senders[i]}, {receivers[i]});
-    }
-  } else if (p_sharded) {
-    c.type = CommunicationType::Gather;
-    c.out_axis = p2c[shardedAxis(p, pt)];
-    for (int64_t r : receivers) addTeam(hp, unionSorted(senders, {r}));
-    // One gather per receiver; the runtime walks `pairs` (root, unused) in order.
-    for (int64_t r : receivers) c.pairs.emplace_back(r, -1);
-    c.team = unionSorted(senders, receivers);
   } else {
-    c.type = CommunicationType::Scatter;
-    c.root = senders[0];
-    c.out_axis = shardedAxis(q, pt);
-    auto team = unionSorted(receivers, {c.root});
-    addTeam(hp, team);
-    c.team = std::find(team.begin(), team.end(), rank) != team.end() ? team : std::vector<int64_t>{};
+    // Point-to-point moves between the meshes: `pairs` lists (sender, receiver) transfers; a rank
+    // that is both ends of a pair keeps its data.
+    if (p_sharded && q_sharded) {
+      DeviceSplit ps = deviceSplit(p, pt);
+      DeviceSplit qs = deviceSplit(q, pt);
+      MF_USER_CHECK(p2c[ps.axis] == qs.axis && senders.size() == receivers.size(), e->toString(),
+                    ": between different meshes, a sharded tensor can move only to a mesh of the same size on the ",
+                    "same axis; got ", p->mesh().toString(), " axis ", ps.axis, " -> ", q->mesh().toString(), " axis ",
+                    qs.axis);
+      c.type = CommunicationType::SendRecv;
+      c.out_axis = qs.axis;
+      for (size_t i = 0; i < senders.size(); ++i) c.pairs.emplace_back(senders[i], receivers[i]);
+    } else if (p_sharded) {
+      // Gather: every receiver collects every sender's shard, concatenated in mesh order.
+      c.type = CommunicationType::Gather;
+      c.out_axis = p2c[shardedAxis(p, pt)];
+      for (int64_t r : receivers) {
+        for (int64_t s : senders) c.pairs.emplace_back(s, r);
+      }
+    } else {
+      // Scatter: the first sender holds the whole tensor and sends each receiver its block.
+      c.type = CommunicationType::Scatter;
+      c.root = senders[0];
+      c.out_axis = shardedAxis(q, pt);
+      for (int64_t r : receivers) c.pairs.emplace_back(c.root, r);
+    }
+    std::vector<int64_t> participants;
+    for (auto [s, r] : c.pairs) {
+      if (s != r) addTeam(hp, unionSorted({s}, {r}));
+      participants = unionSorted(participants, {s, r});
+    }
+    c.team = std::find(participants.begin(), participants.end(), rank) != participants.end() ? participants
+                                                                                            : std::vector<int64_t>{};
   }
   return c;
 }
@@ -159,8 +166,7 @@ std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, 
   for (Expr* e : f.exprs()) {
     if (isResharding(e)) {
       Communication c = lowerResharding(*hp, e, rank);
-      if (c.team.empty() && c.type != CommunicationType::Gather) continue;
-      if (c.type == CommunicationType::Gather && std::find(c.team.begin(), c.team.end(), rank) == c.team.end()) continue;
+      if (c.team.empty()) continue;  // this rank takes no part
       wait_for(e->inputs());
       hp->communications().push_back(c);
       int64_t index = static_cast<int64_t>(hp->communications().size()) - 1;

@@ -130,7 +130,8 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
     if (inputs[i].is_tensor) values[f.inputs()[i]] = inputs[i].tensor;
     else scalars[f.inputs()[i]] = inputs[i].scalar;
   }
-  std::vector<c10::intrusive_ptr<c10d::Work>> works(program_->communications().size());
+  // Per communication, the works to wait for (point-to-point moves post several).
+  std::vector<std::vector<c10::intrusive_ptr<c10d::Work>>> works(program_->communications().size());
   bool use_kernels = false;
   for (const RuntimeValue& rv : inputs) {
     if (rv.is_tensor && rv.tensor.is_cuda()) use_kernels = !isDisabled(DisableOption::Codegen) && cudaKernelsAvailable();
@@ -149,18 +150,18 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
         const Communication& c = program_->communications()[inst.index];
         if (profile) profile->kernels().push_back({c.toString(), "communication"});
         RECORD_FUNCTION("meshfuser::communication", std::vector<c10::IValue>());
-        runCommunication(c, values, bindings, works);
+        runCommunication(c, values, bindings, works[inst.index]);
         break;
       }
       case HostInstruction::Kind::Wait: {
-        auto& w = works[inst.index];
-        if (w) w->wait();
-        w.reset();
+        for (auto& w : works[inst.index]) w->wait();
+        works[inst.index].clear();
         const Communication& c = program_->communications()[inst.index];
         // Some communications finish with a local reshuffle once the data arrived.
         auto pending = pending_finish_.find(c.output);
         if (pending != pending_finish_.end()) {
-          values[c.output] = pending->second();
+          at::Tensor result = pending->second();
+          if (result.defined()) values[c.output] = result;  // undefined: this rank only sent
           pending_finish_.erase(pending);
         }
         break;

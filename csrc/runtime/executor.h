@@ -34,6 +34,9 @@ class FusionExecutor {
   std::string validate(const std::vector<RuntimeValue>& inputs, ExtentBindings& bindings) const;
   void runCommunication(const Communication& c, std::unordered_map<const Val*, at::Tensor>& values,
                         const ExtentBindings& bindings, std::vector<c10::intrusive_ptr<c10d::Work>>& works);
+  // Posts the point-to-point transfers of SendRecv / Gather / Scatter.
+  void runPointToPoint(const Communication& c, std::unordered_map<const Val*, at::Tensor>& values,
+                       const ExtentBindings& bindings, std::vector<c10::intrusive_ptr<c10d::Work>>& works);
 
   // One compute segment: its generated kernel, when codegen supports it on these inputs.
   struct SegmentKernel {

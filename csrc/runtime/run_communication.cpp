@@ -38,8 +38,15 @@ void FusionExecutor::runCommunication(const Communication& c, std::unordered_map
                                       const ExtentBindings& bindings, std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
   Communicator& comm = Communicator::instance();
   const int64_t rank = program_->rank();
-  const int64_t index = &c - program_->communications().data();
-  auto& work = works[index];
+  c10::intrusive_ptr<c10d::Work> work;
+  // Whatever `work` holds when this function returns is waited for at the communication's Wait.
+  struct Keep {
+    c10::intrusive_ptr<c10d::Work>& work;
+    std::vector<c10::intrusive_ptr<c10d::Work>>& works;
+    ~Keep() {
+      if (work) works.push_back(work);
+    }
+  } keep{work, works};
   const int64_t n = static_cast<int64_t>(c.team.size());
   auto input = [&]() -> at::Tensor {
     auto it = values.find(c.input);
@@ -126,31 +133,69 @@ void FusionExecutor::runCommunication(const Communication& c, std::unordered_map
       if (receives) finish([buf] { return buf; });
       return;
     }
-    case CommunicationType::SendRecv: {
-      for (auto [sender, receiver] : c.pairs) {
-        if (sender == receiver && sender == rank) {
-          at::Tensor x = input();
-          finish([x] { return x; });
-        } else if (sender == rank) {
-          at::Tensor x = input().contiguous();
-          work = comm.send(c.team, x, receiver);
-          work->wait();  // keeps x alive until sent; send completes locally
-          work.reset();
-        } else if (receiver == rank) {
-          auto shape = localShape(c.output, globalShape(c.output, bindings));
-          at::Tensor like = values.empty() ? at::empty({0}) : values.begin()->second;
-          at::Tensor buf = at::empty(shape, out_options(like));
-          work = comm.recv(c.team, buf, sender);
-          finish([buf] { return buf; });
-        }
-      }
-      return;
-    }
+    case CommunicationType::SendRecv:
     case CommunicationType::Gather:
     case CommunicationType::Scatter:
-      MF_THROW_USER(toString(c.type), " between different meshes (", c.input->toString(), " -> ", c.output->toString(),
-                    ") is not supported yet; move the tensor replicated (Broadcast) or shard-to-shard (SendRecv)");
+      runPointToPoint(c, values, bindings, works);
+      return;
   }
+}
+
+void FusionExecutor::runPointToPoint(const Communication& c, std::unordered_map<const Val*, at::Tensor>& values,
+                                     const ExtentBindings& bindings,
+                                     std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
+  Communicator& comm = Communicator::instance();
+  const int64_t rank = program_->rank();
+  auto local_of = [&](const TensorView* tv) { return localShape(tv, globalShape(tv, bindings)); };
+  at::TensorOptions options;
+  for (const auto& [v, t] : values) {
+    options = t.options();
+    break;
+  }
+  options = options.dtype(toAten(c.output->dtype()));
+  auto mine = [&]() -> at::Tensor { return values.at(c.input); };
+  // Receivers allocate one buffer per incoming piece; pieces[i] belongs to pairs[i].
+  std::vector<at::Tensor> pieces(c.pairs.size());
+  std::vector<at::Tensor> keep_alive;
+  const int64_t n_receivers = static_cast<int64_t>(c.output->mesh().size());
+  for (size_t i = 0; i < c.pairs.size(); ++i) {
+    auto [sender, receiver] = c.pairs[i];
+    if (sender != rank && receiver != rank) continue;
+    std::vector<int64_t> team = {std::min(sender, receiver), std::max(sender, receiver)};
+    // What the sender contributes for this pair.
+    auto outgoing = [&]() -> at::Tensor {
+      at::Tensor x = mine();
+      if (c.type != CommunicationType::Scatter) return x.contiguous();
+      int64_t block = c.output->mesh().linearIndexOf(receiver);
+      int64_t len = x.size(c.out_axis) / n_receivers;
+      return x.narrow(c.out_axis, block * len, len).contiguous();
+    };
+    if (sender == receiver) {
+      pieces[i] = outgoing();
+    } else if (sender == rank) {
+      at::Tensor x = outgoing();
+      keep_alive.push_back(x);
+      works.push_back(comm.send(team, x, receiver));
+    } else {
+      std::vector<int64_t> shape = c.type == CommunicationType::Gather ? local_of(c.input) : local_of(c.output);
+      pieces[i] = at::empty(shape, options);
+      works.push_back(comm.recv(team, pieces[i], sender));
+    }
+  }
+  if (!c.output->mesh().has(rank)) {
+    // A pure sender: the outgoing buffers must live until the sends complete.
+    pending_finish_[c.output] = [keep_alive] { return at::Tensor(); };
+    return;
+  }
+  std::vector<at::Tensor> received;
+  for (size_t i = 0; i < c.pairs.size(); ++i) {
+    if (c.pairs[i].second == rank) received.push_back(pieces[i]);
+  }
+  int64_t axis = c.out_axis;
+  bool gather = c.type == CommunicationType::Gather;
+  pending_finish_[c.output] = [received, axis, gather, keep_alive] {
+    return gather ? at::cat(received, axis) : received.at(0);
+  };
 }
 
 }  // namespace mf

@@ -555,3 +555,16 @@ TEST(CodegenTest, CorpusCompilesWithNvcc) {
 
 }  // namespace
 }  // namespace mf
+namespace mf { namespace {
+TEST(CodegenDumpTmp, Dump) {
+  const char* dir = std::getenv("MF_DUMP_DIR");
+  if (!dir) GTEST_SKIP();
+  auto dump = [&](const Case& c, const std::string& file) {
+    auto k = gen(c); ASSERT_TRUE(k.has_value());
+    std::ofstream(std::string(dir) + "/" + file + ".cu") << k->source;
+    std::ofstream(std::string(dir) + "/" + file + ".launch") << k->name << " " << k->launch.grid_x << " " << k->launch.block_x << " " << k->launch.block_y << "\n";
+  };
+  auto cs = corpus();
+  for (size_t i = 0; i < cs.size(); ++i) dump(cs[i], std::to_string(i) + "_" + cs[i].label);
+}
+}}
