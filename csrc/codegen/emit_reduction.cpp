@@ -136,7 +136,7 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
      << it << ")gridDim.x * " << tile << ") {\n";
   os << "    const " << it << " col = col0 + " << timesText("threadIdx.x", v) << ";  // this thread's first column\n";
   os << "    float mf_acc[" << v << "];\n";
-  os << "    for (int k = 0; k < " << v << "; ++k) mf_acc[k] = " << initValue(op) << ";\n";
+  os << "#pragma unroll\n    for (int k = 0; k < " << v << "; ++k) mf_acc[k] = " << initValue(op) << ";\n";
   os << "    if (col < " << s.rows << ") {\n";
   emitLoop("threadIdx.y", ty, s.red,
            [&](const std::string& j) { return timesText(j, s.rows) + " + col"; },
@@ -145,12 +145,12 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
            },
            "      ");
   os << "    }\n";
-  os << "    for (int k = 0; k < " << v << "; ++k) mf_partial[threadIdx.y][" << timesText("threadIdx.x", v)
+  os << "#pragma unroll\n    for (int k = 0; k < " << v << "; ++k) mf_partial[threadIdx.y][" << timesText("threadIdx.x", v)
      << " + k] = mf_acc[k];\n";
   os << "    __syncthreads();\n";
   os << "    for (int h = " << ty / 2 << "; h > 0; h >>= 1) {\n";
   os << "      if (threadIdx.y < h) {\n";
-  os << "        for (int k = 0; k < " << v << "; ++k) {\n";
+  os << "#pragma unroll\n        for (int k = 0; k < " << v << "; ++k) {\n";
   const std::string c = timesText("threadIdx.x", v) + " + k";
   os << "          mf_partial[threadIdx.y][" << c << "] = "
      << combine(op, "mf_partial[threadIdx.y][" + c + "]", "mf_partial[threadIdx.y + h][" + c + "]") << ";\n";

@@ -568,3 +568,27 @@ TEST(CodegenDumpTmp, Dump) {
   for (size_t i = 0; i < cs.size(); ++i) dump(cs[i], std::to_string(i) + "_" + cs[i].label);
 }
 }}
+namespace mf { namespace {
+TEST(CodegenDumpTmp, Bench) {
+  const char* dir = std::getenv("MF_DUMP_DIR");
+  if (!dir) GTEST_SKIP();
+  const int64_t n = 16384;
+  auto dump = [&](const Case& c, const std::string& file) {
+    auto k = gen(c); ASSERT_TRUE(k.has_value());
+    std::ofstream(std::string(dir) + "/" + file + ".cu") << k->source;
+    std::ofstream(std::string(dir) + "/" + file + ".launch") << k->name << " " << k->launch.grid_x << " " << k->launch.block_x << " " << k->launch.block_y << "\n";
+  };
+  dump(makeCase("pw", [n](Fusion& f) {
+    TensorView* x = defineTensor(f, {n, n}, kBF);
+    TensorView* y = defineTensor(f, {n, n}, kBF);
+    TensorView* b = defineTensor(f, {n}, kBF);
+    f.addOutput(castOp(unaryOp(OpType::Gelu, binaryOp(OpType::Add, binaryOp(OpType::Mul, x, y), b)), kBF));
+  }, {arg(kBF, {n, n}), arg(kBF, {n, n}), arg(kBF, {n})}), "bench_pw");
+  dump(makeCase("inner", [n](Fusion& f) {
+    f.addOutput(reductionOp(OpType::Sum, defineTensor(f, {n, n}, kBF), {1}, kF));
+  }, {arg(kBF, {n, n})}), "bench_inner");
+  dump(makeCase("outer", [n](Fusion& f) {
+    f.addOutput(reductionOp(OpType::Sum, defineTensor(f, {n, n}, kBF), {0}, kF));
+  }, {arg(kBF, {n, n})}), "bench_outer");
+}
+}}
