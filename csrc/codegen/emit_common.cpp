@@ -25,11 +25,17 @@ struct alignas(sizeof(T) * N) mf_array {
   T v[N];
 };
 __device__ __forceinline__ float mf_bf16_to_float(mf_bf16 x) { return __uint_as_float(((unsigned int)x) << 16); }
-__device__ __forceinline__ mf_bf16 mf_float_to_bf16(float f) {
+__device__ __forceinline__ mf_bf16 mf_float_to_bf16(float f) {  // round to nearest even, NaN -> 0x7fc0
+#if __CUDA_ARCH__ >= 800
+  mf_bf16 x;
+  asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(x) : "f"(f));  // one instruction (the integer form costs ~25% of a bf16 gelu kernel)
+  return f != f ? (mf_bf16)0x7fc0u : x;
+#else
   unsigned int u = __float_as_uint(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return (mf_bf16)0x7fc0u;  // NaN
   u += 0x7fffu + ((u >> 16) & 1u);                                  // round to nearest even
   return (mf_bf16)(u >> 16);
+#endif
 }
 __device__ __forceinline__ float mf_half_to_float(mf_half x) {
   float f;

@@ -85,7 +85,7 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
       emitGroupLoads(s.main, s.main_index, v, "i", it, "[u]", in + "  ", os);
       os << in << "}\n";
       os << "#pragma unroll\n" << in << "for (int u = 0; u < " << u << "; ++u) {\n";
-      os << in << "  const " << it << " i = " << flat("j + u * " + std::to_string(stride)) << ";\n";
+      if (!s.main.stores.empty()) os << in << "  const " << it << " i = " << flat("j + u * " + std::to_string(stride)) << ";\n";
       emitGroupCompute(s.main, s.main_index, v, "i", "[u]", in + "  ", os, accumulate);
       os << in << "}\n";
       os << indent << "}\n";
