@@ -17,6 +17,7 @@ void bindCommunicator(py::module& m) {
   comm.def_static("instance", &Communicator::instance, py::return_value_policy::reference)
       .def("init", &Communicator::init)
       .def("initialized", &Communicator::initialized)
+      .def("shutdown", &Communicator::shutdown)
       .def("size", &Communicator::size)
       .def("rank", &Communicator::rank)
       .def("local_size", &Communicator::localSize)

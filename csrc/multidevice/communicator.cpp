@@ -30,6 +30,14 @@ void Communicator::init(const std::string& world_group, const std::string& cpu_g
   initialized_ = true;
 }
 
+void Communicator::shutdown() {
+  teams_.clear();
+  world_.reset();
+  cpu_.reset();
+  team_factory_ = nullptr;
+  initialized_ = false;
+}
+
 void Communicator::checkInitialized() const {
   MF_USER_CHECK(initialized_, "the Communicator is not initialized; use meshfuser.Communicator.instance() from Python, "
                               "which initializes torch.distributed from the launcher's environment");

@@ -26,6 +26,8 @@ class Communicator {
   void init(const std::string& world_group, const std::string& cpu_group, int64_t rank, int64_t size,
             int64_t local_rank, int64_t local_size);
   bool initialized() const { return initialized_; }
+  // Drops every process group reference (called at interpreter exit, before torch tears c10d down).
+  void shutdown();
   int64_t rank() const { return rank_; }
   int64_t size() const { return size_; }
   int64_t localRank() const { return local_rank_; }

@@ -1,6 +1,7 @@
 """Process-group set-up: use torch.distributed's default group, or create it from the launcher's
 environment (Gloo for CPU, NCCL for CUDA tensors). A single process without launcher variables is
 rank 0 of 1."""
+import atexit
 import os
 
 from . import _C
@@ -14,7 +15,8 @@ def _ensure_initialized():
         return comm
     import torch
     import torch.distributed as dist
-    if not dist.is_initialized():
+    created_here = not dist.is_initialized()
+    if created_here:
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
             backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
             local_rank = int(os.environ.get("LOCAL_RANK", "0"))
@@ -47,7 +49,17 @@ def _ensure_initialized():
         return group.group_name if group is not None and group != dist.GroupMember.NON_GROUP_MEMBER else ""
 
     comm.set_team_factory(make_team)
+    atexit.register(_shutdown, created_here)
     return comm
+
+
+def _shutdown(created_here):
+    """Release meshfuser's process-group references, then the groups meshfuser created, while
+    CUDA and c10d are still alive (destroying NCCL groups during static destruction aborts)."""
+    import torch.distributed as dist
+    _C._Communicator.instance().shutdown()
+    if created_here and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _free_port():
