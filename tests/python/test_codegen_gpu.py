@@ -96,5 +96,7 @@ def test_random_pointwise_fusions(ops, rows, cols, dtype, bias):
     with meshfuser.Profiler() as prof:
         result = build(DTYPES[dtype]).execute([t.cuda() for t in inputs])[0].cpu()
     assert "pointwise" in [k.scheduler for k in prof.profile.kernel_profiles]
-    tol = {torch.float32: 1e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
+    # float32: CUDA's expf/tanhf/erff are within 2 ulp of the CPU's, and chains of exp amplify a
+    # relative error by the magnitude of their argument (exp(exp(x)) at 80 turns 1e-7 into 1e-5).
+    tol = {torch.float32: 2e-4, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
     torch.testing.assert_close(result, reference, rtol=tol, atol=tol, equal_nan=True)
