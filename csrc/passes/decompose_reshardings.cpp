@@ -8,7 +8,8 @@
 //   2. rfactors reductions with a device-parallel reduction split into a local partial op plus a
 //      reduction over the device axis (seed 001);
 //   3. inserts sets: after an op with one tensor input (the op runs on the input's sharding), before
-//      each input of an n-ary op whose sharding differs from what the op needs.
+//      each input of an n-ary op whose sharding differs from what the op needs;
+//   4. splits a set that changes several mesh axes into a chain of sets changing one each.
 #include <algorithm>
 
 #include "ir/fusion.h"
@@ -159,15 +160,92 @@ bool reshardBefore(Fusion& f, Expr* e) {
   return changed;
 }
 
+// Shards `dst` (same logical shape as `src`) on pt exactly as `src` is. Returns false when
+// dst cannot take it (the axis already carries another device split).
+bool copyShardingOf(const TensorView* src, TensorView* dst, ParallelType pt) {
+  if (shardedLoopId(src, pt) == nullptr) return true;
+  DeviceSplit s = deviceSplit(src, pt);
+  return shardAxis(dst, s.axis, pt, s.num_devices, s.whole_axis);
+}
+
+// out = set(in) changing several device parallel types -> a chain of sets, each changing one.
+// Plans tried: every order of moving one type straight to the consumer's sharding (AllToAll,
+// Allgather or LocalSlice per link); else first gather every type the producer shards, then slice
+// every type the consumer shards (always possible, more traffic). Returns false if none fits.
+bool chainSets(Fusion& f, Expr* e, std::vector<ParallelType> changed) {
+  auto* in = static_cast<TensorView*>(e->input(0));
+  TensorView* out = e->out();
+  if (in->mesh() != out->mesh()) return false;
+  // A plan is a list of states; a state says, per changed type, where it is taken from.
+  enum class From { Producer, Consumer, Nowhere };
+  using State = std::vector<From>;
+  auto build = [&](const std::vector<State>& states) -> bool {
+    std::vector<Expr*> links;
+    TensorView* prev = in;
+    bool ok = true;
+    for (size_t k = 0; k < states.size() && ok; ++k) {
+      TensorView* t = newTensorLike(in);
+      for (ParallelType pt : kDeviceParallelTypes) {
+        auto it = std::find(changed.begin(), changed.end(), pt);
+        From from = it == changed.end() ? From::Producer : states[k][it - changed.begin()];
+        if (from == From::Nowhere) continue;
+        const TensorView* src = from == From::Producer ? in : out;
+        ok &= copyShardingOf(src, t, pt) && (shardedLoopId(src, pt) == nullptr) == (shardedLoopId(t, pt) == nullptr);
+      }
+      links.push_back(f.newExpr(OpType::Set, {prev}, {t}));
+      ok &= reshardedTypes(links.back(), 0).size() <= 1;
+      prev = t;
+    }
+    if (ok) {
+      // The last link feeds `out` itself.
+      f.unlink(e);
+      Expr* last = f.newExpr(OpType::Set, {prev}, {out});
+      ok = reshardedTypes(last, 0).size() <= 1;
+      if (ok) return true;
+      f.unlink(last);
+      f.newExpr(OpType::Set, {in}, {out});  // restore the original definition
+    }
+    for (Expr* link : links) f.unlink(link);
+    return false;
+  };
+  const size_t n = changed.size();
+  std::sort(changed.begin(), changed.end());
+  do {
+    std::vector<State> states;
+    State state(n, From::Producer);
+    for (size_t k = 0; k + 1 < n; ++k) {
+      state[k] = From::Consumer;
+      states.push_back(state);
+    }
+    if (build(states)) return true;
+  } while (std::next_permutation(changed.begin(), changed.end()));
+  std::vector<State> states;
+  State state(n, From::Producer);
+  for (size_t k = 0; k < n; ++k) {
+    if (shardedLoopId(in, changed[k]) == nullptr) continue;
+    state[k] = From::Nowhere;
+    states.push_back(state);
+  }
+  for (size_t k = 0; k < n; ++k) {
+    if (shardedLoopId(out, changed[k]) == nullptr) continue;
+    state[k] = From::Consumer;
+    states.push_back(state);
+  }
+  if (!states.empty()) states.pop_back();  // the final state is `out` itself
+  return build(states);
+}
+
 bool decomposeOne(Fusion& f, Expr* e) {
   if (pullBiasAfterReduction(f, e)) return true;
   if (rfactorDeviceReduction(e)) return true;
   if (!isResharding(e)) return false;
   if (e->op() == OpType::Set || isDeviceReduction(e)) {
     auto changed = reshardedTypes(e, 0);
-    MF_USER_CHECK(changed.size() <= 1, e->toString(), ": ", e->out()->toString(), " changes ", changed.size(),
-                  " device parallel types at once; reshard one mesh axis at a time (insert a set between)");
-    return false;
+    if (changed.size() <= 1) return false;
+    MF_USER_CHECK(e->op() == OpType::Set && chainSets(f, e, changed), e->toString(), ": ", e->out()->toString(),
+                  " changes ", changed.size(), " device parallel types at once and cannot be split into one ",
+                  "communication per mesh axis (different meshes, or a reduction); reshard one mesh axis at a time");
+    return true;
   }
   int64_t tensor_inputs = 0;
   for (Val* v : e->inputs()) tensor_inputs += v->isTensor();

@@ -165,3 +165,31 @@ TEST(PassesTest, InputWithoutMeshIsAUserError) {
 
 }  // namespace
 }  // namespace mf
+
+namespace mf {
+namespace {
+
+TEST(PassesTest, SetChangingTwoMeshAxesBecomesAChain) {
+  auto f = std::make_unique<Fusion>();
+  DeviceMesh mesh({0, 1, 2, 3}, {2, 2});
+  TensorView* in = defineTensor(*f, {8, 12}, DataType::Float);
+  TensorView* out = unaryOp(OpType::Set, in);
+  f->addOutput(out);
+  for (TensorView* tv : {in, out}) tv->setDeviceMesh(mesh);
+  in->split(0, 2, false);
+  in->parallelize(0, ParallelType::DIDy);
+  in->split(2, 2, false);
+  in->parallelize(2, ParallelType::DIDx);
+  out->split(1, 2, false);
+  out->parallelize(1, ParallelType::DIDy);  // DIDx gathered, DIDy moves from axis 0 to axis 1
+  runPipeline(*f);
+  auto hp = lowerToHostProgram(std::move(f), 3);
+  ASSERT_EQ(hp->communications().size(), 2u) << hp->toString();
+  EXPECT_EQ(hp->communications()[0].pt, ParallelType::DIDx) << hp->toString();
+  EXPECT_EQ(hp->communications()[0].type, CommunicationType::Allgather) << hp->toString();
+  EXPECT_EQ(hp->communications()[1].type, CommunicationType::AllToAll) << hp->toString();
+  EXPECT_EQ(hp->communications()[1].team, (std::vector<int64_t>{1, 3})) << hp->toString();
+}
+
+}  // namespace
+}  // namespace mf
