@@ -60,8 +60,8 @@ void bindIr(py::module& m) {
       .def("split", &TensorView::split, py::arg("axis"), py::arg("factor"), py::arg("inner_split") = true)
       .def("outer_split", [](TensorView& tv, int64_t axis, int64_t f) { tv.split(axis, f, false); })
       .def("inner_split", [](TensorView& tv, int64_t axis, int64_t f) { tv.split(axis, f, true); })
-      .def("merge", [](TensorView& tv, int64_t axis) { tv.merge(axis, axis < 0 ? axis + 1 : axis + 1); }, py::arg("axis"))
-      .def("merge2", &TensorView::merge)
+      // merge(axis): axis with the one after it, as in nvFuser's Python API.
+      .def("merge", [](TensorView& tv, int64_t axis) { tv.merge(axis, axis + 1); }, py::arg("axis"))
       .def("reorder",
            [](TensorView& tv, const std::map<int64_t, int64_t>& m) {
              std::vector<std::pair<int64_t, int64_t>> v(m.begin(), m.end());

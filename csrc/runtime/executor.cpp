@@ -7,6 +7,7 @@
 
 #include "multidevice/communicator.h"
 #include "multidevice/sharding.h"
+#include "ir/printer.h"
 #include "passes/pass.h"
 #include "runtime/cuda_kernel.h"
 #include "runtime/profiler.h"
@@ -30,6 +31,7 @@ int64_t currentRank() {
 
 FusionExecutor::FusionExecutor(const Fusion& fusion, int64_t rank) {
   auto copy = fusion.clone();
+  if (isDumpEnabled(DumpOption::FusionIr)) std::cout << printFusion(*copy);
   runPipeline(*copy);
   program_ = lowerToHostProgram(std::move(copy), rank);
   multi_rank_ = Communicator::instance().initialized() && Communicator::instance().size() > 1;
@@ -149,6 +151,7 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
       case HostInstruction::Kind::PostCommunication: {
         const Communication& c = program_->communications()[inst.index];
         if (profile) profile->kernels().push_back({c.toString(), "communication"});
+        if (isDumpEnabled(DumpOption::Communication)) std::cout << "post " << c.toString() << std::endl;
         RECORD_FUNCTION("meshfuser::communication", std::vector<c10::IValue>());
         runCommunication(c, values, bindings, works[inst.index]);
         break;

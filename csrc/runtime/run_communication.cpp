@@ -110,13 +110,9 @@ void FusionExecutor::runCommunication(const Communication& c, std::unordered_map
       at::Tensor recv = at::empty_like(send);
       if (!solo) work = comm.allToAll(c.team, recv, send);
       else recv.copy_(send);
-      // recv[j] is rank j's block; rank j held block j of in_axis.
-      int64_t in_axis = c.in_axis, out_axis = c.out_axis;
-      finish([recv, in_axis, out_axis] {
-        // recv: [n, ...x with out_axis/n]; blocks concatenate along in_axis.
-        (void)out_axis;
-        return mergeBlocks(recv, in_axis);
-      });
+      // recv[j] is team member j's block of our out_axis slice; member j held block j of in_axis.
+      int64_t in_axis = c.in_axis;
+      finish([recv, in_axis] { return mergeBlocks(recv, in_axis); });
       return;
     }
     case CommunicationType::Broadcast: {

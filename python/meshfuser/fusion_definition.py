@@ -99,7 +99,7 @@ class _Ops:
             norm = sorted(d % rank for d in dims)
             kept = [i for i in range(rank) if i not in norm]
             shape = [1 if i in norm else -1 for i in range(rank)]
-            out = _C.ops.broadcast_in_dim(out, [s if s == 1 else -1 for s in shape], kept)
+            out = _C.ops.broadcast_in_dim(out, shape, kept)
         return out
 
     def sum(self, x, dims, keepdim=False, dtype=None):
@@ -228,7 +228,7 @@ class FusionDefinition:
         pass
 
     # -- running ------------------------------------------------------------------------------
-    def execute(self, inputs, **_):
+    def execute(self, inputs):
         self._ensure_defined()
         from .distributed import _ensure_initialized
         _ensure_initialized()

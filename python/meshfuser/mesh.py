@@ -1,16 +1,14 @@
 """DeviceMesh: a dense n-D array of unique ranks (mesh_x = last axis)."""
+import torch
+
 from . import _C
 
 
 class DeviceMesh(_C._DeviceMesh):
     def __init__(self, devices):
-        try:
-            import torch
-            if isinstance(devices, torch.Tensor):
-                super().__init__(devices.flatten().tolist(), list(devices.shape))
-                return
-        except ImportError:  # pragma: no cover
-            pass
+        if isinstance(devices, torch.Tensor):
+            super().__init__(devices.flatten().tolist(), list(devices.shape))
+            return
         flat = [int(d) for d in devices]
         super().__init__(flat, [len(flat)])
 
