@@ -193,3 +193,67 @@ TEST(PassesTest, SetChangingTwoMeshAxesBecomesAChain) {
 
 }  // namespace
 }  // namespace mf
+
+namespace mf {
+namespace {
+
+// Golden IR after every pass for a small program: x sharded on axis 0, y = relu(x) unannotated,
+// z = sum(y, [1]) unannotated. Propagation shards y and z like x; nothing reshards.
+TEST(PassesTest, GoldenIrAfterEachPass) {
+  Fusion f;
+  DeviceMesh mesh({0, 1});
+  TensorView* x = defineTensor(f, {4, 6}, DataType::Float);
+  TensorView* y = unaryOp(OpType::Relu, x);
+  TensorView* z = reductionOp(OpType::Sum, y, {1});
+  f.addOutput(z);
+  x->setDeviceMesh(mesh);
+  x->split(0, 2, false);
+  x->parallelize(0, ParallelType::DIDx);
+  std::vector<std::pair<std::string, std::string>> trace;
+  runPipeline(f, &trace);
+  ASSERT_EQ(trace.size(), 4u);
+  const std::string input =
+      "  input T0_float[i0{4}, i1{6}] mesh=[0 1]\n"
+      "    loop: [iDIDx6{2}, i7{2}, i1{6}]\n";
+  EXPECT_EQ(trace[0].first, "validate_meshes");
+  EXPECT_EQ(trace[0].second,
+            "Fusion {\n" + input +
+                "  T1 = relu(T0)\n"
+                "    T1_float[i2{4}, i3{6}]\n"
+                "  T2 = sum(T1, dims=[1])\n"
+                "    T2_float[i4{4}, r5{6}]\n"
+                "  outputs: T2\n"
+                "}\n");
+  const std::string propagated =
+      "  T1 = relu(T0)\n"
+      "    T1_float[i2{4}, i3{6}] mesh=[0 1]\n"
+      "    loop: [iDIDx8{2}, i9{2}, i3{6}]\n"
+      "  T2 = sum(T1, dims=[1])\n"
+      "    T2_float[i4{4}, r5{6}] mesh=[0 1]\n"
+      "    loop: [iDIDx10{2}, i11{2}, r5{6}]\n";
+  EXPECT_EQ(trace[1].first, "propagate_shardings");
+  EXPECT_EQ(trace[1].second, "Fusion {\n" + input + propagated + "  outputs: T2\n}\n");
+  EXPECT_EQ(trace[2].first, "decompose_reshardings");
+  EXPECT_EQ(trace[2].second, trace[1].second);
+  EXPECT_EQ(trace[3].first, "finalize_allocation");
+  EXPECT_EQ(trace[3].second,
+            "Fusion {\n"
+            "  input T0_float[i0{4}, i1{6}] mesh=[0 1]\n"
+            "    loop: [iDIDx6{2}, i7{2}, i1{6}]\n"
+            "    allocation: [iDIDx6{2}, i7{2}, i1{6}]\n"
+            "  T1 = relu(T0)\n"
+            "    T1_float[i2{4}, i3{6}] mesh=[0 1]\n"
+            "    loop: [iDIDx8{2}, i9{2}, i3{6}]\n"
+            "    allocation: [iDIDx8{2}, i9{2}, i3{6}]\n"
+            "  T2 = sum(T1, dims=[1])\n"
+            "    T2_float[i4{4}, r5{6}] mesh=[0 1]\n"
+            "    loop: [iDIDx10{2}, i11{2}, r5{6}]\n"
+            "    allocation: [iDIDx10{2}, i11{2}, r5{6}]\n"
+            "  outputs: T2\n"
+            "}\n");
+  auto hp = lowerToHostProgram(f.clone(), 1);
+  EXPECT_TRUE(hp->communications().empty()) << hp->toString();
+}
+
+}  // namespace
+}  // namespace mf
