@@ -33,11 +33,15 @@ void bindCommunicator(py::module& m) {
                return (*fn)(team).cast<std::string>();
              });
            })
-      .def("create_teams", &Communicator::createTeams)
-      .def("allgather", &Communicator::allgather, py::arg("team"), py::arg("output"), py::arg("input"))
+      .def("create_teams", &Communicator::createTeams, py::call_guard<py::gil_scoped_release>())
+      // Posting releases the GIL: a c10d worker thread that drops the last reference to a tensor
+      // with a Python object needs the GIL while holding the queue lock that posting takes.
+      .def("allgather", &Communicator::allgather, py::arg("team"), py::arg("output"), py::arg("input"),
+           py::call_guard<py::gil_scoped_release>())
       .def("reduce_scatter", &Communicator::reduceScatter, py::arg("team"), py::arg("output"), py::arg("input"),
-           py::arg("op") = OpType::Sum)
-      .def("allreduce", &Communicator::allreduce, py::arg("team"), py::arg("tensor"), py::arg("op") = OpType::Sum);
+           py::arg("op") = OpType::Sum, py::call_guard<py::gil_scoped_release>())
+      .def("allreduce", &Communicator::allreduce, py::arg("team"), py::arg("tensor"), py::arg("op") = OpType::Sum,
+           py::call_guard<py::gil_scoped_release>());
 }
 
 }  // namespace mf

@@ -2,6 +2,7 @@
 environment (Gloo for CPU, NCCL for CUDA tensors). A single process without launcher variables is
 rank 0 of 1."""
 import atexit
+import datetime
 import os
 
 from . import _C
@@ -16,13 +17,17 @@ def _ensure_initialized():
     import torch
     import torch.distributed as dist
     created_here = not dist.is_initialized()
+    # MESHFUSER_PG_TIMEOUT_S bounds every collective of the groups meshfuser creates (the test
+    # harness sets it, so that a hang turns into an error).
+    timeout = os.environ.get("MESHFUSER_PG_TIMEOUT_S")
+    timeout = datetime.timedelta(seconds=int(timeout)) if timeout else None
     if created_here:
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
             backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
             local_rank = int(os.environ.get("LOCAL_RANK", "0"))
             if torch.cuda.is_available():
                 torch.cuda.set_device(local_rank % torch.cuda.device_count())
-            dist.init_process_group(backend=backend)
+            dist.init_process_group(backend=backend, timeout=timeout)
         else:
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", str(_free_port()))
@@ -34,7 +39,6 @@ def _ensure_initialized():
     if dist.get_world_size() == 1:
         _cpu_group = world
     else:
-        import datetime
         seconds = int(os.environ.get("MESHFUSER_VALIDATION_TIMEOUT_S", "120"))
         _cpu_group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=seconds))
     rank, size = dist.get_rank(), dist.get_world_size()
@@ -44,7 +48,7 @@ def _ensure_initialized():
     _teams = {}
 
     def make_team(ranks):
-        group = dist.new_group(list(ranks))
+        group = dist.new_group(list(ranks), timeout=timeout)
         _teams[tuple(ranks)] = group  # keep the group alive
         return group.group_name if group is not None and group != dist.GroupMember.NON_GROUP_MEMBER else ""
 
