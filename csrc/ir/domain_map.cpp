@@ -109,12 +109,4 @@ std::vector<int64_t> mapProducerToConsumer(const Expr* e, size_t input_index) {
   return map;
 }
 
-int64_t mapConsumerToProducer(const Expr* e, size_t input_index, int64_t consumer_axis) {
-  auto map = mapProducerToConsumer(e, input_index);
-  for (size_t p = 0; p < map.size(); ++p) {
-    if (map[p] == consumer_axis) return static_cast<int64_t>(p);
-  }
-  return -1;
-}
-
 }  // namespace mf

@@ -14,7 +14,4 @@ namespace mf {
 // shard).
 std::vector<int64_t> mapProducerToConsumer(const Expr* e, size_t input_index);
 
-// Inverse of the above for one consumer axis: the producer non-reduction logical axis, or -1.
-int64_t mapConsumerToProducer(const Expr* e, size_t input_index, int64_t consumer_axis);
-
 }  // namespace mf

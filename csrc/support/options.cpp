@@ -61,7 +61,4 @@ bool isDumpEnabled(DumpOption opt) { return options().dump[static_cast<size_t>(o
 bool isDisabled(DisableOption opt) { return options().disable[static_cast<size_t>(opt)]; }
 void reloadOptions() { options().load(); }
 
-std::vector<std::string> dumpOptionNames() { return {kDumpNames.begin(), kDumpNames.end()}; }
-std::vector<std::string> disableOptionNames() { return {kDisableNames.begin(), kDisableNames.end()}; }
-
 }  // namespace mf

@@ -14,7 +14,5 @@ bool isDumpEnabled(DumpOption opt);
 bool isDisabled(DisableOption opt);
 // Re-reads the environment (tests change it at run time).
 void reloadOptions();
-std::vector<std::string> dumpOptionNames();
-std::vector<std::string> disableOptionNames();
 
 }  // namespace mf
