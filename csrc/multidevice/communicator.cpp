@@ -88,16 +88,18 @@ void Communicator::barrier() {
   cpu_->getBackend(c10::DeviceType::CPU)->barrier()->wait();
 }
 
-std::vector<int64_t> Communicator::failedRanks(bool ok) {
+Communicator::Agreement Communicator::agree(bool ok, uint64_t program_fingerprint) {
   checkInitialized();
-  std::vector<int64_t> failed;
+  Agreement result;
   if (size_ == 1) {
-    if (!ok) failed.push_back(rank_);
-    return failed;
+    if (!ok) result.failed_ranks.push_back(rank_);
+    return result;
   }
-  at::Tensor flags = at::zeros({size_}, at::kInt);
-  flags[rank_] = ok ? 0 : 1;
-  std::vector<at::Tensor> ts = {flags};
+  // [failed flag per rank | fingerprint per rank]; each rank fills its own slots, a sum gathers.
+  at::Tensor slots = at::zeros({2 * size_}, at::kLong);
+  slots[rank_] = ok ? 0 : 1;
+  slots[size_ + rank_] = static_cast<int64_t>(program_fingerprint);
+  std::vector<at::Tensor> ts = {slots};
   try {
     cpu_->getBackend(c10::DeviceType::CPU)->allreduce(ts)->wait();
   } catch (const c10::Error& e) {
@@ -105,11 +107,12 @@ std::vector<int64_t> Communicator::failedRanks(bool ok) {
                   "): this rank met a new input signature while the others reused a program they had already "
                   "validated, i.e. the ranks' inputs differ; every rank must call execute with matching inputs");
   }
-  auto acc = flags.accessor<int, 1>();
+  auto acc = slots.accessor<int64_t, 1>();
   for (int64_t r = 0; r < size_; ++r) {
-    if (acc[r] != 0) failed.push_back(r);
+    if (acc[r] != 0) result.failed_ranks.push_back(r);
+    if (acc[size_ + r] != acc[size_]) result.other_program_ranks.push_back(r);
   }
-  return failed;
+  return result;
 }
 
 }  // namespace mf

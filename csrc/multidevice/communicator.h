@@ -40,9 +40,15 @@ class Communicator {
   c10::intrusive_ptr<c10d::Backend> backend(const std::vector<int64_t>& team, c10::DeviceType device);
 
   void barrier();
-  // Each rank contributes `ok`; returns the ranks whose `ok` was false (empty: all fine). Uses the
-  // CPU group so that it never touches a GPU stream.
-  std::vector<int64_t> failedRanks(bool ok);
+  // What the ranks agreed on before a program first runs: which ranks found their inputs invalid,
+  // and which ranks compiled a program (definition + schedule) other than rank 0's.
+  struct Agreement {
+    std::vector<int64_t> failed_ranks;
+    std::vector<int64_t> other_program_ranks;
+  };
+  // Each rank contributes `ok` and its program fingerprint. Uses the CPU group so that it never
+  // touches a GPU stream.
+  Agreement agree(bool ok, uint64_t program_fingerprint);
 
   // Collectives over a team (ranks ascending). Asynchronous: the returned work is waited on by the
   // caller; for NCCL, wait() makes the current stream wait, not the host. Inputs are checked

@@ -30,6 +30,7 @@ int64_t currentRank() {
 }  // namespace
 
 FusionExecutor::FusionExecutor(const Fusion& fusion, int64_t rank) {
+  fingerprint_ = fingerprint(fusion);
   auto copy = fusion.clone();
   if (isDumpEnabled(DumpOption::FusionIr)) std::cout << printFusion(*copy);
   runPipeline(*copy);
@@ -111,12 +112,19 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
     // Agree before posting anything, so a bad input on one rank cannot leave the others waiting.
     // Validation depends only on the input signature, which keys this executor: once every rank
     // passed with it, later calls with the same signature pass too and skip the round trip.
-    auto failed = comm.failedRanks(error.empty());
+    auto agreement = comm.agree(error.empty(), fingerprint_);
+    auto list = [](const std::vector<int64_t>& ranks) {
+      std::string text;
+      for (int64_t r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
+      return text;
+    };
+    MF_USER_CHECK(agreement.other_program_ranks.empty(), "execute: rank(s) ", list(agreement.other_program_ranks),
+                  " compiled a different program (definition or sharding schedule) than rank 0; every rank must ",
+                  "execute the same definition (this rank's program fingerprint is ", fingerprint_, ")");
+    const auto& failed = agreement.failed_ranks;
     if (error.empty() && !failed.empty()) {
-      std::string list;
-      for (int64_t r : failed) list += (list.empty() ? "" : ", ") + std::to_string(r);
-      MF_THROW_USER("input validation failed on rank(s) ", list, "; see the error raised there (rank ", comm.rank(),
-                    " had valid inputs)");
+      MF_THROW_USER("input validation failed on rank(s) ", list(failed), "; see the error raised there (rank ",
+                    comm.rank(), " had valid inputs)");
     }
     validated_everywhere_ = failed.empty();
   }

@@ -58,6 +58,7 @@ class FusionExecutor {
   std::unordered_map<const Val*, std::function<at::Tensor()>> pending_finish_;
   bool multi_rank_ = false;
   bool validated_everywhere_ = false;
+  uint64_t fingerprint_ = 0;  // of the definition and schedule, compared across ranks
   bool teams_created_ = false;
 };
 

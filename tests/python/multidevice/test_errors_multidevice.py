@@ -116,3 +116,24 @@ def test_reshard_two_parallel_types_at_once(multidevice_test):
     torch.testing.assert_close(result.cpu(), expected)
     comms = [k.name for k in prof.profile.kernel_profiles if k.scheduler == "communication"]
     assert len(comms) >= 2 and all(" on DIDx " in c or " on DIDy " in c for c in comms), comms
+
+
+def test_ranks_with_different_programs_get_an_error(multidevice_test):
+    """Every rank must execute the same definition; if they do not, each gets an error naming the
+    ranks that differ instead of a hang or mismatched collectives."""
+    d, rank = multidevice_test.size, multidevice_test.rank
+    if d < 2:
+        pytest.skip("needs 2+ ranks")
+    mesh = DeviceMesh(range(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([d * 2, 3])
+        y = fd.ops.relu(x) if rank == 0 else fd.ops.neg(x)  # rank 0 differs
+        out = fd.ops.set(y)
+        fd.add_output(out)
+    out.set_device_mesh(mesh)  # replicated: an Allgather follows
+    x.set_device_mesh(mesh)
+    x.outer_split(0, d)
+    x.axis(0).parallelize(ParallelType.mesh_x)
+    local = torch.randn(2, 3, device=multidevice_test.device)
+    with pytest.raises(meshfuser.Error, match=r"compiled a different program"):
+        fd.execute([local])
