@@ -1,5 +1,6 @@
 // TensorView and the scheduling transforms on its loop domain.
 #include <algorithm>
+#include <iomanip>
 #include <map>
 #include <set>
 #include <sstream>
@@ -42,8 +43,9 @@ void Val::removeUse(Expr* e) {
 
 std::string Scalar::toString() const {
   if (value_.has_value()) {
+    // Full precision: the printed text is the cache key, so 1.0000001 and 1.0000002 must differ.
     std::ostringstream ss;
-    ss << *value_;
+    ss << std::setprecision(17) << *value_;
     return ss.str();
   }
   return "S" + std::to_string(name());

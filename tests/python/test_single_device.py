@@ -393,3 +393,18 @@ def test_profiler_records_expr_eval():
     _check(out, [x * y])
     assert "expr_eval" in [k.scheduler for k in prof.profile.kernel_profiles]
     assert meshfuser.PythonProfiler is meshfuser.Profiler
+
+
+def test_constants_that_differ_beyond_six_digits_are_different_programs():
+    """The definition's fingerprint keys the executor cache, so constants must print exactly."""
+    def build(c):
+        with FusionDefinition() as fd:
+            x = fd.define_tensor([-1], dtype=DataType.Double)
+            fd.add_output(fd.ops.mul(x, c))
+        return fd
+
+    x = torch.ones(3, dtype=torch.float64)
+    a, b = build(1.0000001), build(1.0000002)
+    assert a.fusion.fingerprint() != b.fusion.fingerprint()
+    torch.testing.assert_close(a.execute([x])[0], x * 1.0000001, rtol=0, atol=0)
+    torch.testing.assert_close(b.execute([x])[0], x * 1.0000002, rtol=0, atol=0)
