@@ -8,6 +8,7 @@ from .mesh import DeviceMesh
 from .distributed import Communicator
 from .fusion_definition import FusionDefinition, TensorView, shard_tensor
 from .profiler import Profiler, PythonProfiler
+from . import dtensor  # noqa: F401  (meshfuser.dtensor after `import meshfuser`)
 
 __all__ = [
     "DataType", "ParallelType", "DeviceMesh", "FusionDefinition", "TensorView", "Communicator",

@@ -241,6 +241,14 @@ class FusionDefinition:
             return outputs, self.get_output_shardings()
         return outputs
 
+    def cuda_kernels(self, inputs):
+        """CUDA C++ source of each kernel the GPU path generates for inputs of these shapes and
+        dtypes. Works without a GPU: inputs may be CPU or meta tensors."""
+        self._ensure_defined()
+        from .distributed import _ensure_initialized
+        _ensure_initialized()
+        return self._handle.cuda_kernels(list(inputs))
+
     def get_output_shardings(self):
         return [Sharding(mesh, axes) for mesh, axes in self._handle.output_shardings()]
 
@@ -285,17 +293,3 @@ def shard_tensor(t, tv, rank=None):
         t = t.chunk(n, dim=axis)[index]
     return t.contiguous()
 
-
-def _cuda_kernels(self, inputs):
-    """CUDA C++ source of each kernel the GPU path generates for inputs of these shapes and dtypes.
-    Works without a GPU: inputs may be CPU or meta tensors."""
-    self._ensure_defined()
-    from .distributed import _ensure_initialized
-    _ensure_initialized()
-    return self._handle.cuda_kernels(list(inputs))
-
-
-FusionDefinition.cuda_kernels = _cuda_kernels
-
-
-from . import dtensor  # noqa: E402,F401  (makes `meshfuser.dtensor` available after `import meshfuser`)
