@@ -118,15 +118,17 @@ void bindIr(py::module& m) {
   ops.def("reshape", &reshape, rv);
   ops.def("matmul", &matmul, rv);
   ops.def("linear", &linear, py::arg("x"), py::arg("w"), py::arg("bias") = nullptr, rv);
-  py::enum_<OpType>(m, "OpType")
-      .value("set", OpType::Set).value("neg", OpType::Neg).value("abs", OpType::Abs).value("exp", OpType::Exp)
-      .value("log", OpType::Log).value("tanh", OpType::Tanh).value("relu", OpType::Relu).value("gelu", OpType::Gelu)
-      .value("sigmoid", OpType::Sigmoid).value("sqrt", OpType::Sqrt).value("reciprocal", OpType::Reciprocal)
-      .value("add", OpType::Add).value("sub", OpType::Sub).value("mul", OpType::Mul).value("div", OpType::Div)
-      .value("maximum", OpType::Maximum).value("minimum", OpType::Minimum).value("pow", OpType::Pow)
-      .value("eq", OpType::Eq).value("ne", OpType::Ne).value("lt", OpType::Lt).value("le", OpType::Le)
-      .value("gt", OpType::Gt).value("ge", OpType::Ge).value("sum", OpType::Sum).value("max", OpType::Max)
-      .value("min", OpType::Min);
+  py::enum_<OpType> op_type(m, "OpType");
+  for (const OpInfo& info : allOps()) op_type.value(info.name, info.op);
+  // The registry as Python sees it: fd.ops builds its plain unary and binary functions from it.
+  ops.def("table", [] {
+    static const char* kKinds[] = {"unary", "binary", "ternary", "layout", "reduction", "contraction"};
+    py::list rows;
+    for (const OpInfo& info : allOps()) {
+      rows.append(py::make_tuple(info.name, kKinds[static_cast<int>(info.kind)], info.attrs != kNoAttrs));
+    }
+    return rows;
+  });
 }
 
 }  // namespace mf

@@ -9,6 +9,7 @@
 
 #include "codegen/internal.h"
 #include "multidevice/sharding.h"
+#include "support/text.h"
 #include "support/error.h"
 
 namespace mf {
@@ -19,114 +20,67 @@ bool supportedDtype(DataType dt) {
   return dt == DataType::Float || dt == DataType::Half || dt == DataType::BFloat16 || dt == DataType::Bool;
 }
 
-std::string shapeText(const std::vector<int64_t>& s) {
-  std::string t = "[";
-  for (size_t i = 0; i < s.size(); ++i) t += (i ? ", " : "") + std::to_string(s[i]);
-  return t + "]";
+}  // namespace
+
+std::vector<int64_t> nonReductionPositions(const TensorView* tv) {
+  std::vector<int64_t> pos;
+  int64_t next = 0;
+  for (const IterDomain* id : tv->rootOrLogical()) pos.push_back(id->isReduction() ? -1 : next++);
+  return pos;
 }
 
-// Right-aligned numpy broadcasting of the tensor operands' local shapes.
-bool broadcastShape(const Analysis& a, const Expr* e, std::vector<int64_t>* out, std::string* why) {
-  size_t rank = 0;
-  for (const Val* v : e->inputs()) {
-    if (v->isTensor()) rank = std::max(rank, a.shape.at(static_cast<const TensorView*>(v)).size());
-  }
-  out->assign(rank, 1);
-  for (const Val* v : e->inputs()) {
-    if (!v->isTensor()) continue;
-    const auto& s = a.shape.at(static_cast<const TensorView*>(v));
-    size_t off = rank - s.size();
-    for (size_t i = 0; i < s.size(); ++i) {
-      int64_t& o = (*out)[off + i];
-      if (s[i] == o || s[i] == 1) continue;
-      if (o == 1) {
-        o = s[i];
+namespace {
+
+// The local output shape, from the op's axis map: an output axis takes the local extent of the
+// input axes mapped onto it (which must agree, up to 1s); an axis no input fills (a new or
+// expanded broadcast) takes its global extent divided by its shards.
+bool outputShape(const Analysis& a, const Expr* e, std::vector<int64_t>* out, std::string* why) {
+  const TensorView* tv = e->out();
+  const OpInfo& info = opInfo(e->op());
+  auto ids = tv->logicalNoReductions();
+  std::vector<int64_t> no_reduction = nonReductionPositions(tv);
+  out->assign(ids.size(), -1);
+  for (size_t i = 0; i < e->inputs().size(); ++i) {
+    if (!e->input(i)->isTensor()) continue;
+    const auto* in = static_cast<const TensorView*>(e->input(i));
+    const auto& s = a.shape.at(in);
+    std::vector<int64_t> p2c = info.axis_map(e, i);
+    for (size_t p = 0; p < s.size(); ++p) {
+      int64_t c = p2c[p] < 0 ? -1 : no_reduction[p2c[p]];
+      bool reduced = p2c[p] >= 0 && c < 0;
+      if (c < 0) {
+        if (s[p] != 1 && !reduced) {
+          *why = str(e->toString(), ": drops axis ", p, " of ", in->toString(), ", which has local extent ", s[p]);
+          return false;
+        }
         continue;
       }
-      *why = str(e->toString(), ": local operand shapes do not broadcast (", v->toString(), " is ", shapeText(s), ")");
+      int64_t& o = (*out)[c];
+      if (o == -1 || o == 1) {
+        o = s[p];
+      } else if (s[p] != 1 && s[p] != o) {
+        *why = str(e->toString(), ": local operand shapes do not broadcast (", in->toString(), " is ", listText(s), ")");
+        return false;
+      }
+    }
+  }
+  auto shards = shardsPerAxis(tv);
+  for (size_t o = 0; o < ids.size(); ++o) {
+    bool expanded = ids[o]->isBroadcast() && ids[o]->extent().isConst() && ids[o]->extent().value != 1;
+    if ((*out)[o] != -1 && !((*out)[o] == 1 && expanded)) continue;
+    if (!ids[o]->extent().isConst()) {
+      *why = str(e->toString(), ": output axis ", o, " has a symbolic extent");
       return false;
     }
-  }
-  return true;
-}
-
-bool outputShape(const Analysis& a, const Expr* e, std::vector<int64_t>* out, std::string* why) {
-  OpType op = e->op();
-  const TensorView* tv = e->out();
-  auto in_shape = [&](size_t i) -> const std::vector<int64_t>& {
-    return a.shape.at(static_cast<const TensorView*>(e->input(i)));
-  };
-  if (isUnary(op)) {
-    *out = in_shape(0);
-  } else if (isBinary(op) || op == OpType::Where) {
-    if (!broadcastShape(a, e, out, why)) return false;
-  } else if (op == OpType::BroadcastInDim) {
-    const ExprAttrs& at = e->attrs();
-    const auto& in = in_shape(0);
-    auto ids = tv->logicalNoReductions();
-    auto shards = shardsPerAxis(tv);
-    out->assign(at.shape.size(), 1);
-    for (size_t o = 0; o < ids.size(); ++o) {
-      auto it = std::find(at.dims.begin(), at.dims.end(), static_cast<int64_t>(o));
-      bool mapped = it != at.dims.end();
-      bool expand = !mapped || (ids[o]->isBroadcast() && ids[o]->extent().isConst() && ids[o]->extent().value != 1);
-      if (!expand) {
-        (*out)[o] = in.at(static_cast<size_t>(it - at.dims.begin()));
-      } else if (ids[o]->extent().isConst()) {
-        (*out)[o] = ids[o]->extent().value / shards[o];
-      } else {
-        *why = str(e->toString(), ": output axis ", o, " has a symbolic extent");
-        return false;
-      }
-    }
-  } else if (op == OpType::Squeeze) {
-    const auto& in = in_shape(0);
-    const auto& dims = e->attrs().dims;
-    out->clear();
-    for (size_t i = 0; i < in.size(); ++i) {
-      bool drop = std::find(dims.begin(), dims.end(), static_cast<int64_t>(i)) != dims.end();
-      if (drop && in[i] != 1) {
-        *why = str(e->toString(), ": squeezed axis ", i, " has local extent ", in[i]);
-        return false;
-      }
-      if (!drop) out->push_back(in[i]);
-    }
-  } else if (op == OpType::Permute) {
-    const auto& in = in_shape(0);
-    out->clear();
-    for (int64_t d : e->attrs().dims) out->push_back(in.at(static_cast<size_t>(d)));
-  } else if (isReduction(op)) {
-    const auto& in = in_shape(0);
-    const auto& dims = e->attrs().dims;
-    out->clear();
-    for (size_t i = 0; i < in.size(); ++i) {
-      if (std::find(dims.begin(), dims.end(), static_cast<int64_t>(i)) == dims.end()) out->push_back(in[i]);
-    }
-  } else {
-    *why = str(e->toString(), ": op ", toString(op), " has no shape rule in the CUDA generator");
-    return false;
-  }
-  if (out->size() != tv->logicalNoReductions().size()) {
-    *why = str(e->toString(), ": computed local rank ", out->size(), " but ", tv->toString(), " has rank ",
-               tv->logicalNoReductions().size());
-    return false;
+    (*out)[o] = ids[o]->extent().value / shards[o];
   }
   return true;
 }
 
 bool checkOp(const Expr* e, std::string* why) {
-  OpType op = e->op();
-  if (op == OpType::Reshape) {
-    *why = str(e->toString(), ": reshape is not supported by the CUDA generator (it needs a view or a copy; ATen runs it)");
-    return false;
-  }
-  if (isContraction(op)) {
-    *why = str(e->toString(), ": ", toString(op), " runs on cuBLAS through ATen, not in a generated kernel");
-    return false;
-  }
-  if (!isPointwise(op) && !isReduction(op) && op != OpType::BroadcastInDim && op != OpType::Squeeze &&
-      op != OpType::Permute) {
-    *why = str(e->toString(), ": op ", toString(op), " is not supported by the CUDA generator");
+  const OpInfo& info = opInfo(e->op());
+  if (info.cuda == nullptr && info.cuda_combine == nullptr) {
+    *why = str(e->toString(), ": ", info.no_cuda);
     return false;
   }
   for (const Val* v : e->outputs()) {

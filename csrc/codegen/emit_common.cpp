@@ -106,67 +106,43 @@ std::string storeExpr(DataType dt, const std::string& value) {
   }
 }
 
-namespace {
-
-std::string cmp(const std::string& a, const char* op, const std::string& b) {
-  return "(" + a + " " + op + " " + b + " ? 1.0f : 0.0f)";
+std::string fillTemplate(const char* pattern, const std::vector<std::string>& operands) {
+  std::string out;
+  for (const char* c = pattern; *c != '\0'; ++c) {
+    if (c[0] == '{' && c[1] >= '0' && c[1] <= '9' && c[2] == '}') {
+      out += operands.at(static_cast<size_t>(c[1] - '0'));
+      c += 2;
+    } else {
+      out += *c;
+    }
+  }
+  return out;
 }
 
-std::string opText(const Expr* e) {
-  std::vector<std::string> in;
-  for (const Val* v : e->inputs()) in.push_back(operandText(v));
-  const std::string& a = in[0];
-  switch (e->op()) {
-    case OpType::Set:
-    case OpType::BroadcastInDim:
-    case OpType::Squeeze:
-    case OpType::Permute: return a;
-    case OpType::Neg: return "-" + a;
-    case OpType::Abs: return "fabsf(" + a + ")";
-    case OpType::Exp: return "expf(" + a + ")";
-    case OpType::Log: return "logf(" + a + ")";
-    case OpType::Tanh: return "tanhf(" + a + ")";
-    case OpType::Relu: return "mf_relu(" + a + ")";
-    case OpType::Gelu: return "mf_gelu(" + a + ")";
-    case OpType::Sigmoid: return "mf_sigmoid(" + a + ")";
-    case OpType::Sqrt: return "sqrtf(" + a + ")";
-    case OpType::Reciprocal: return "1.0f / " + a;
-    case OpType::Cast:
-      switch (e->attrs().dtype) {
-        case DataType::Half: return "mf_half_to_float(mf_float_to_half(" + a + "))";
-        case DataType::BFloat16: return "mf_bf16_to_float(mf_float_to_bf16(" + a + "))";
-        case DataType::Bool: return "(" + a + " != 0.0f ? 1.0f : 0.0f)";
-        default: return a;
-      }
-    case OpType::Add: return a + " + " + in[1];
-    case OpType::Sub: return a + " - " + in[1];
-    case OpType::Mul: return a + " * " + in[1];
-    case OpType::Div: return a + " / " + in[1];
-    case OpType::Maximum: return "mf_max(" + a + ", " + in[1] + ")";
-    case OpType::Minimum: return "mf_min(" + a + ", " + in[1] + ")";
-    case OpType::Pow: return "powf(" + a + ", " + in[1] + ")";
-    case OpType::Eq: return cmp(a, "==", in[1]);
-    case OpType::Ne: return cmp(a, "!=", in[1]);
-    case OpType::Lt: return cmp(a, "<", in[1]);
-    case OpType::Le: return cmp(a, "<=", in[1]);
-    case OpType::Gt: return cmp(a, ">", in[1]);
-    case OpType::Ge: return cmp(a, ">=", in[1]);
-    case OpType::Where: return "(" + a + " != 0.0f ? " + in[1] + " : " + in[2] + ")";
-    default: MF_THROW_INTERNAL("codegen: no expression for ", e->toString());
+namespace {
+
+// A cast rounds to its target type where the program casts (values stay in float).
+std::string roundTo(DataType dt, const std::string& a) {
+  switch (dt) {
+    case DataType::Half: return "mf_half_to_float(mf_float_to_half(" + a + "))";
+    case DataType::BFloat16: return "mf_bf16_to_float(mf_float_to_bf16(" + a + "))";
+    case DataType::Bool: return "(" + a + " != 0.0f ? 1.0f : 0.0f)";
+    default: return a;
   }
 }
 
 }  // namespace
 
 std::string emitExpr(const Expr* e, const std::string& indent) {
-  std::string value = opText(e);
+  const OpInfo& info = opInfo(e->op());
+  MF_CHECK(info.cuda != nullptr, "codegen: no expression for ", e->toString());
+  std::vector<std::string> in;
+  for (const Val* v : e->inputs()) in.push_back(operandText(v));
+  std::string value = fillTemplate(info.cuda, in);
+  if (info.dtype_rule == DtypeRule::Attribute) value = roundTo(e->attrs().dtype, value);
   const TensorView* out = e->out();
   // A bool result of arithmetic (e.g. add of two bool tensors) is normalized to 0/1.
-  if (out->dtype() == DataType::Bool && !isComparison(e->op()) && e->op() != OpType::Cast &&
-      e->op() != OpType::Where && e->op() != OpType::Set && e->op() != OpType::BroadcastInDim &&
-      e->op() != OpType::Squeeze && e->op() != OpType::Permute) {
-    value = "((" + value + ") != 0.0f ? 1.0f : 0.0f)";
-  }
+  if (out->dtype() == DataType::Bool && !info.cuda_exact_bool) value = "((" + value + ") != 0.0f ? 1.0f : 0.0f)";
   return indent + "const float " + tensorLocal(out) + " = " + value + ";  // " + e->toString() + "\n";
 }
 

@@ -23,14 +23,10 @@ namespace codegen {
 namespace {
 
 std::string combine(OpType op, const std::string& a, const std::string& b) {
-  if (op == OpType::Sum) return a + " + " + b;
-  return std::string(op == OpType::Max ? "mf_max(" : "mf_min(") + a + ", " + b + ")";
+  return fillTemplate(opInfo(op).cuda_combine, {a, b});
 }
 
-std::string initValue(OpType op) {
-  if (op == OpType::Sum) return "0.0f";
-  return op == OpType::Max ? floatLiteral(-INFINITY) : floatLiteral(INFINITY);
-}
+std::string initValue(OpType op) { return opInfo(op).cuda_init; }
 
 // Loads, exprs and stores of a region at flat index `flat` (one element per thread).
 void emitRegionBody(const Region& r, const IndexPlan& p, const std::string& flat, const std::string& prefix,

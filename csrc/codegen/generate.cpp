@@ -8,20 +8,12 @@
 #include <cstdio>
 
 #include "codegen/internal.h"
+#include "support/text.h"
 
 namespace mf {
 namespace {
 
 constexpr const char* kNameToken = "MF_KERNEL_NAME";
-
-uint64_t fnv1a(const std::string& s) {
-  uint64_t h = 1469598103934665603ULL;
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 1099511628211ULL;
-  }
-  return h;
-}
 
 }  // namespace
 

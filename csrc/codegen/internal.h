@@ -59,6 +59,9 @@ struct Region {
 // equal `extents` in order (they walk the domain contiguously: outputs and the reduction's input or
 // output). `stop` tensors are computed elsewhere (e.g. the reduction output in the epilogue): they
 // are read as locals, never loaded. `forbidden` tensors may not be read at all (why names them).
+// Per rootOrLogical axis of tv: its index among the non-reduction axes, or -1 for a reduction.
+std::vector<int64_t> nonReductionPositions(const TensorView* tv);
+
 bool buildRegion(const Analysis& a, const std::vector<const Expr*>& exprs, const std::vector<int64_t>& extents,
                  const std::vector<const TensorView*>& anchors, const std::vector<const TensorView*>& stop,
                  const std::vector<const TensorView*>& forbidden, Region* r, std::string* why);
@@ -101,6 +104,8 @@ std::string storeExpr(DataType dt, const std::string& value);   // float -> stor
 std::string floatLiteral(double v);
 // "float t5 = <expr>;" lines for `e` (one per tensor output).
 std::string emitExpr(const Expr* e, const std::string& indent);
+// Substitutes operands for {0}, {1}, {2} in a registry expression.
+std::string fillTemplate(const char* pattern, const std::vector<std::string>& operands);
 std::string prelude();
 // Kernel signature: inputs, outputs, scalar doubles; then the scalar locals.
 std::string signature(const Analysis& a, const std::string& name_token, int64_t max_threads);

@@ -21,28 +21,16 @@ std::string mapText(const std::vector<int>& m) {
   return t + "]";
 }
 
-// The map of input `in` of `e` given the map of e's output.
+// The map of input `in` of `e` given the map of e's output, through the op's axis map.
 std::vector<int> inputMap(const Analysis& a, const Expr* e, const TensorView* in, const std::vector<int>& out_map) {
   const auto& in_shape = a.shape.at(in);
   std::vector<int> m(in_shape.size(), -1);
-  OpType op = e->op();
-  const auto& dims = e->attrs().dims;
-  if (op == OpType::BroadcastInDim) {
-    for (size_t i = 0; i < m.size(); ++i) m[i] = out_map.at(static_cast<size_t>(dims[i]));
-  } else if (op == OpType::Squeeze) {
-    size_t o = 0;
-    for (size_t i = 0; i < m.size(); ++i) {
-      if (std::find(dims.begin(), dims.end(), static_cast<int64_t>(i)) != dims.end()) continue;
-      m[i] = out_map.at(o++);
-    }
-  } else if (op == OpType::Permute) {
-    for (size_t j = 0; j < dims.size(); ++j) m[static_cast<size_t>(dims[j])] = out_map.at(j);
-  } else {  // unary, cast, binary, where: right-aligned
-    size_t off = out_map.size() - m.size();
-    for (size_t i = 0; i < m.size(); ++i) m[i] = out_map.at(off + i);
-  }
+  size_t index = std::find(e->inputs().begin(), e->inputs().end(), in) - e->inputs().begin();
+  std::vector<int64_t> p2c = opInfo(e->op()).axis_map(e, index);
+  std::vector<int64_t> no_reduction = nonReductionPositions(e->out());
   for (size_t i = 0; i < m.size(); ++i) {
-    if (in_shape[i] == 1) m[i] = -1;
+    int64_t c = p2c[i] < 0 ? -1 : no_reduction[p2c[i]];
+    if (c >= 0 && in_shape[i] != 1) m[i] = out_map.at(static_cast<size_t>(c));
   }
   return m;
 }

@@ -18,12 +18,6 @@
 namespace mf {
 namespace {
 
-int64_t runtimeAxisOf(const TensorView* tv, const IterDomain* logical_id) {
-  auto ids = tv->logicalNoReductions();
-  auto it = std::find(ids.begin(), ids.end(), logical_id);
-  return it == ids.end() ? -1 : static_cast<int64_t>(it - ids.begin());
-}
-
 void addTeams(HostProgram& hp, const DeviceMesh& mesh, ParallelType pt) {
   for (auto& team : mesh.allSlices(pt)) {
     if (std::find(hp.teams().begin(), hp.teams().end(), team) == hp.teams().end()) hp.teams().push_back(team);

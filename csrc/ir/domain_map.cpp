@@ -1,13 +1,72 @@
 #include "ir/domain_map.h"
 
+#include "ir/op_registry.h"
 #include "support/error.h"
 
 namespace mf {
 namespace {
 
-std::vector<int64_t> reshapeMap(const std::vector<IterDomain*>& in, const std::vector<IterDomain*>& out) {
-  // Walk both shapes, grouping axes whose products agree; the outermost producer axis of a group
-  // maps to the outermost consumer axis of the group.
+struct Ranks {
+  std::vector<IterDomain*> p_ids;
+  const std::vector<IterDomain*>* c_ids;
+  int64_t prank;
+  int64_t crank;
+};
+
+Ranks ranksOf(const Expr* e, size_t input_index) {
+  MF_CHECK(e->input(input_index)->isTensor(), "input ", input_index, " of ", e->toString(), " is not a tensor");
+  auto* producer = static_cast<TensorView*>(e->input(input_index));
+  Ranks r;
+  r.p_ids = producer->logicalNoReductions();
+  r.c_ids = &e->out()->rootOrLogical();
+  r.prank = static_cast<int64_t>(r.p_ids.size());
+  r.crank = static_cast<int64_t>(r.c_ids->size());
+  return r;
+}
+
+int64_t rankOf(const Val* v) { return static_cast<int64_t>(static_cast<const TensorView*>(v)->logicalNoReductions().size()); }
+
+}  // namespace
+
+std::vector<int64_t> mapRightAligned(const Expr* e, size_t input_index) {
+  Ranks r = ranksOf(e, input_index);
+  std::vector<int64_t> map(r.prank);
+  for (int64_t p = 0; p < r.prank; ++p) map[p] = p + (r.crank - r.prank);
+  return map;
+}
+
+std::vector<int64_t> mapBroadcastInDim(const Expr* e, size_t input_index) {
+  Ranks r = ranksOf(e, input_index);
+  std::vector<int64_t> map(r.prank);
+  for (int64_t p = 0; p < r.prank; ++p) map[p] = e->attrs().dims[p];
+  return map;
+}
+
+std::vector<int64_t> mapSqueeze(const Expr* e, size_t input_index) {
+  Ranks r = ranksOf(e, input_index);
+  std::vector<int64_t> map(r.prank);
+  int64_t c = 0;
+  for (int64_t p = 0; p < r.prank; ++p) {
+    bool dropped = false;
+    for (int64_t d : e->attrs().dims) dropped |= d == p;
+    map[p] = dropped ? -1 : c++;
+  }
+  return map;
+}
+
+std::vector<int64_t> mapPermute(const Expr* e, size_t input_index) {
+  Ranks r = ranksOf(e, input_index);
+  std::vector<int64_t> map(r.prank, -1);
+  for (int64_t c = 0; c < r.crank; ++c) map[e->attrs().dims[c]] = c;
+  return map;
+}
+
+// Walks both shapes, grouping axes whose products agree; the outermost producer axis of a group
+// maps to the outermost consumer axis of the group (a sharded outermost axis stays sharded).
+std::vector<int64_t> mapReshape(const Expr* e, size_t input_index) {
+  Ranks r = ranksOf(e, input_index);
+  const auto& in = r.p_ids;
+  const auto& out = *r.c_ids;
   std::vector<int64_t> map(in.size(), -1);
   size_t i = 0, o = 0;
   while (i < in.size() && o < out.size()) {
@@ -30,81 +89,61 @@ std::vector<int64_t> reshapeMap(const std::vector<IterDomain*>& in, const std::v
   return map;
 }
 
-}  // namespace
+// out = [batch..., n?, r{k}]; input 0 is x, 1 the weight, 2 the bias.
+std::vector<int64_t> mapLinear(const Expr* e, size_t input_index) {
+  Ranks r = ranksOf(e, input_index);
+  std::vector<int64_t> map(r.prank, -1);
+  int64_t prank = r.prank, crank = r.crank;
+  if (input_index == 0) {
+    for (int64_t p = 0; p + 1 < prank; ++p) map[p] = p;
+    map[prank - 1] = crank - 1;
+  } else if (input_index == 1) {
+    if (prank == 2) {
+      map[0] = crank - 2;
+      map[1] = crank - 1;
+    } else {
+      map[0] = crank - 1;
+    }
+  } else if (prank == 1) {
+    map[0] = crank - 2;
+  }
+  return map;
+}
+
+// Output axes: batch..., m (if a has >= 2 axes), n (if b has >= 2 axes), r{k}.
+std::vector<int64_t> mapMatmul(const Expr* e, size_t input_index) {
+  Ranks r = ranksOf(e, input_index);
+  std::vector<int64_t> map(r.prank, -1);
+  int64_t prank = r.prank, crank = r.crank;
+  int64_t arank = rankOf(e->input(0));
+  int64_t brank = rankOf(e->input(1));
+  int64_t n_pos = brank >= 2 ? crank - 2 : -1;
+  int64_t m_pos = arank >= 2 ? (brank >= 2 ? crank - 3 : crank - 2) : -1;
+  int64_t batch_end = m_pos >= 0 ? m_pos : (n_pos >= 0 ? n_pos : crank - 1);
+  if (input_index == 0) {
+    map[prank - 1] = crank - 1;
+    if (prank >= 2) {
+      map[prank - 2] = m_pos;
+      for (int64_t p = 0; p < prank - 2; ++p) map[p] = batch_end - (prank - 2) + p;
+    }
+  } else if (prank == 1) {
+    map[0] = crank - 1;
+  } else {
+    map[prank - 2] = crank - 1;
+    map[prank - 1] = n_pos;
+    for (int64_t p = 0; p < prank - 2; ++p) map[p] = batch_end - (prank - 2) + p;
+  }
+  return map;
+}
 
 std::vector<int64_t> mapProducerToConsumer(const Expr* e, size_t input_index) {
-  MF_CHECK(e->input(input_index)->isTensor(), "input ", input_index, " of ", e->toString(), " is not a tensor");
-  auto* producer = static_cast<TensorView*>(e->input(input_index));
-  TensorView* consumer = e->out();
-  auto p_ids = producer->logicalNoReductions();
-  const auto& c_ids = consumer->rootOrLogical();
-  int64_t prank = static_cast<int64_t>(p_ids.size());
-  int64_t crank = static_cast<int64_t>(c_ids.size());
-  std::vector<int64_t> map(prank, -1);
-  const ExprAttrs& attrs = e->attrs();
-  OpType op = e->op();
-  if (isPointwise(op) || isReduction(op)) {
-    for (int64_t p = 0; p < prank; ++p) map[p] = p + (crank - prank);
-  } else if (op == OpType::BroadcastInDim) {
-    for (int64_t p = 0; p < prank; ++p) map[p] = attrs.dims[p];
-  } else if (op == OpType::Squeeze) {
-    int64_t c = 0;
-    for (int64_t p = 0; p < prank; ++p) {
-      bool dropped = false;
-      for (int64_t d : attrs.dims) dropped |= d == p;
-      map[p] = dropped ? -1 : c++;
-    }
-  } else if (op == OpType::Permute) {
-    for (int64_t c = 0; c < crank; ++c) map[attrs.dims[c]] = c;
-  } else if (op == OpType::Reshape) {
-    map = reshapeMap(p_ids, c_ids);
-  } else if (op == OpType::Linear) {
-    // out = [batch..., n?, r{k}]
-    if (input_index == 0) {
-      for (int64_t p = 0; p + 1 < prank; ++p) map[p] = p;
-      map[prank - 1] = crank - 1;
-    } else if (input_index == 1) {
-      if (prank == 2) {
-        map[0] = crank - 2;
-        map[1] = crank - 1;
-      } else {
-        map[0] = crank - 1;
-      }
-    } else if (prank == 1) {
-      map[0] = crank - 2;
-    }
-  } else if (op == OpType::Matmul) {
-    auto* a = static_cast<TensorView*>(e->input(0));
-    auto* b = static_cast<TensorView*>(e->input(1));
-    int64_t arank = static_cast<int64_t>(a->logicalNoReductions().size());
-    int64_t brank = static_cast<int64_t>(b->logicalNoReductions().size());
-    // Output axes: batch..., m (if arank >= 2), n (if brank >= 2), r{k}.
-    int64_t n_pos = brank >= 2 ? crank - 2 : -1;
-    int64_t m_pos = arank >= 2 ? (brank >= 2 ? crank - 3 : crank - 2) : -1;
-    int64_t batch_end = m_pos >= 0 ? m_pos : (n_pos >= 0 ? n_pos : crank - 1);
-    if (input_index == 0) {
-      map[prank - 1] = crank - 1;
-      if (prank >= 2) {
-        map[prank - 2] = m_pos;
-        for (int64_t p = 0; p < prank - 2; ++p) map[p] = batch_end - (prank - 2) + p;
-      }
-    } else {
-      if (prank == 1) {
-        map[0] = crank - 1;
-      } else {
-        map[prank - 2] = crank - 1;
-        map[prank - 1] = n_pos;
-        for (int64_t p = 0; p < prank - 2; ++p) map[p] = batch_end - (prank - 2) + p;
-      }
-    }
-  } else {
-    MF_THROW_INTERNAL("no domain map for ", toString(op));
-  }
-  // Broadcast producer axes carry no data along a non-broadcast consumer axis.
-  for (int64_t p = 0; p < prank; ++p) {
-    if (map[p] >= 0 && p_ids[p]->isBroadcast() && !c_ids[map[p]]->isBroadcast() && !c_ids[map[p]]->isReduction()) {
-      map[p] = -1;
-    }
+  std::vector<int64_t> map = opInfo(e->op()).axis_map(e, input_index);
+  Ranks r = ranksOf(e, input_index);
+  const auto& c_ids = *r.c_ids;
+  for (int64_t p = 0; p < r.prank; ++p) {
+    const IterDomain* pid = r.p_ids[p];
+    bool unexpanded = pid->isBroadcast() && pid->extent().isConst() && pid->extent().value == 1;
+    if (map[p] >= 0 && unexpanded && !c_ids[map[p]]->isBroadcast() && !c_ids[map[p]]->isReduction()) map[p] = -1;
   }
   return map;
 }

@@ -1,6 +1,7 @@
 #include "ir/fusion.h"
 
 #include <algorithm>
+#include <cctype>
 #include <functional>
 #include <unordered_set>
 
@@ -9,8 +10,37 @@
 namespace mf {
 
 IterDomain* Fusion::newIterDomain(Extent extent, IterType type) {
-  ids_.push_back(std::make_unique<IterDomain>(static_cast<int64_t>(ids_.size()), std::move(extent), type));
+  return newIterDomainNamed(next_id_name_, std::move(extent), type);
+}
+
+IterDomain* Fusion::newIterDomainNamed(int64_t name, Extent extent, IterType type) {
+  ids_.push_back(std::make_unique<IterDomain>(name, std::move(extent), type));
+  next_id_name_ = std::max(next_id_name_, name + 1);
   return ids_.back().get();
+}
+
+TensorView* Fusion::newTensorNamed(int64_t name, DataType dtype, std::vector<IterDomain*> logical) {
+  int64_t saved = std::max(next_tensor_name_, name + 1);
+  next_tensor_name_ = name;
+  TensorView* tv = newTensor(dtype, std::move(logical));
+  next_tensor_name_ = saved;
+  return tv;
+}
+
+Scalar* Fusion::newScalarNamed(int64_t name, DataType dtype, std::optional<double> value) {
+  int64_t saved = std::max(next_scalar_name_, name + 1);
+  next_scalar_name_ = name;
+  Scalar* s = newScalar(dtype, value);
+  next_scalar_name_ = saved;
+  return s;
+}
+
+void Fusion::reserveSymbol(const std::string& symbol) {
+  if (symbol.size() < 2 || symbol[0] != 's') return;
+  size_t digits = 1;
+  while (digits < symbol.size() && std::isdigit(static_cast<unsigned char>(symbol[digits]))) ++digits;
+  if (digits == 1) return;
+  next_symbol_ = std::max<int64_t>(next_symbol_, std::stoll(symbol.substr(1, digits - 1)) + 1);
 }
 
 IterDomain* Fusion::cloneIterDomain(const IterDomain* id) {
@@ -135,6 +165,7 @@ std::vector<TensorView*> Fusion::allTensors() const {
 std::unique_ptr<Fusion> Fusion::clone(std::unordered_map<const Val*, Val*>* out_map) const {
   auto f = std::make_unique<Fusion>();
   f->next_symbol_ = next_symbol_;
+  f->next_id_name_ = next_id_name_;
   f->symbol_parent_ = symbol_parent_;
   std::unordered_map<const IterDomain*, IterDomain*> id_map;
   // IterDomains keep their names so that printed IR of a clone reads like the original.

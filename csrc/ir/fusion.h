@@ -26,6 +26,13 @@ class Fusion {
   Scalar* newScalar(DataType dtype, std::optional<double> value);
   Expr* newExpr(OpType op, std::vector<Val*> inputs, std::vector<Val*> outputs, ExprAttrs attrs = {});
   Extent newSymbol();  // a fresh symbolic extent s0, s1, ...
+  // For the IR parser: nodes with the names printed text gives them (later fresh names follow).
+  IterDomain* newIterDomainNamed(int64_t name, Extent extent, IterType type);
+  TensorView* newTensorNamed(int64_t name, DataType dtype, std::vector<IterDomain*> logical);
+  Scalar* newScalarNamed(int64_t name, DataType dtype, std::optional<double> value);
+  void reserveSymbol(const std::string& symbol);  // "s7": fresh symbols start after s7
+  // Unified symbols (symbol -> the one it equals), for the printer.
+  const std::unordered_map<std::string, std::string>& symbolEqualities() const { return symbol_parent_; }
   // Records that two symbolic extents are equal (an op joined them); canonicalSymbol picks one.
   void unifySymbols(const std::string& a, const std::string& b);
   std::string canonicalSymbol(const std::string& s) const;
@@ -65,6 +72,7 @@ class Fusion {
   std::unordered_map<std::string, std::string> symbol_parent_;
   int64_t version_ = 0;
   int64_t next_symbol_ = 0;
+  int64_t next_id_name_ = 0;
   int64_t next_tensor_name_ = 0;
   int64_t next_scalar_name_ = 0;
 };

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ir/device_mesh.h"
+#include "ir/op_registry.h"
 #include "ir/types.h"
 
 namespace mf {

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "support/error.h"
+#include "support/text.h"
 
 namespace mf {
 namespace {
@@ -13,10 +14,9 @@ IterDomain* freshLike(Fusion& f, const IterDomain* id, IterType type) { return f
 TensorView* newOutput(Fusion& f, DataType dtype, const std::vector<IterDomain*>& ids) { return f.newTensor(dtype, ids); }
 
 std::string shapeString(const TensorView* tv) {
-  std::string s = "[";
-  auto ids = tv->logicalNoReductions();
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + ids[i]->extent().toString();
-  return s + "]";
+  std::vector<std::string> extents;
+  for (const IterDomain* id : tv->logicalNoReductions()) extents.push_back(id->extent().toString());
+  return listText(extents);
 }
 
 Fusion& fusionOf(std::initializer_list<Val*> vals) {
@@ -63,14 +63,13 @@ Scalar* defineScalar(Fusion& f, DataType dtype, std::optional<double> value) {
 }
 
 TensorView* unaryOp(OpType op, TensorView* x) {
-  MF_CHECK(isUnary(op) && op != OpType::Cast, "not a unary op: ", toString(op));
+  const OpInfo& info = opInfo(op);
+  MF_CHECK(info.kind == OpKind::Unary && info.dtype_rule != DtypeRule::Attribute, "not a unary op: ", info.name);
   Fusion& f = *x->fusion();
   std::vector<IterDomain*> ids;
   for (IterDomain* id : x->logicalNoReductions()) ids.push_back(freshLike(f, id, id->iterType()));
   DataType dt = x->dtype();
-  if (op != OpType::Set && op != OpType::Neg && op != OpType::Abs && op != OpType::Relu && !isFloatingPoint(dt)) {
-    dt = DataType::Float;  // exp(int) is float in PyTorch
-  }
+  if (info.dtype_rule == DtypeRule::FloatIfIntegral && !isFloatingPoint(dt)) dt = DataType::Float;
   TensorView* out = newOutput(f, dt, ids);
   f.newExpr(op, {x}, {out});
   return out;
@@ -139,12 +138,13 @@ DataType resultType(const std::vector<Val*>& operands) {
 }  // namespace
 
 TensorView* binaryOp(OpType op, Val* a, Val* b) {
-  MF_CHECK(isBinary(op), "not a binary op: ", toString(op));
-  MF_USER_ARG_CHECK(a->isTensor() || b->isTensor(), toString(op), ": at least one operand must be a tensor");
+  const OpInfo& info = opInfo(op);
+  MF_CHECK(info.kind == OpKind::Binary, "not a binary op: ", info.name);
+  MF_USER_ARG_CHECK(a->isTensor() || b->isTensor(), info.name, ": at least one operand must be a tensor");
   Fusion& f = fusionOf({a, b});
   std::vector<IterDomain*> ids = broadcastShapes(f, op, {a, b});
-  DataType dt = isComparison(op) ? DataType::Bool : resultType({a, b});
-  if (op == OpType::Div && !isFloatingPoint(dt)) dt = DataType::Float;  // true division
+  DataType dt = info.dtype_rule == DtypeRule::Bool ? DataType::Bool : resultType({a, b});
+  if (info.dtype_rule == DtypeRule::TrueDivide && !isFloatingPoint(dt)) dt = DataType::Float;
   TensorView* out = newOutput(f, dt, ids);
   f.newExpr(op, {a, b}, {out});
   return out;
@@ -160,7 +160,7 @@ TensorView* whereOp(Val* cond, Val* a, Val* b) {
 }
 
 TensorView* reductionOp(OpType op, TensorView* x, std::vector<int64_t> dims, std::optional<DataType> dtype) {
-  MF_CHECK(isReduction(op), "not a reduction: ", toString(op));
+  MF_CHECK(opInfo(op).kind == OpKind::Reduction, "not a reduction: ", toString(op));
   Fusion& f = *x->fusion();
   auto in_ids = x->logicalNoReductions();
   int64_t rank = static_cast<int64_t>(in_ids.size());
@@ -175,6 +175,7 @@ TensorView* reductionOp(OpType op, TensorView* x, std::vector<int64_t> dims, std
     ids.push_back(freshLike(f, in_ids[a], reduced.count(a) ? IterType::Reduction : in_ids[a]->iterType()));
   }
   DataType dt = dtype.value_or(x->dtype());
+  // Like PyTorch, a sum of bool or int32 accumulates in int64 unless a dtype is given.
   if (op == OpType::Sum && !dtype && (x->dtype() == DataType::Bool || x->dtype() == DataType::Int32)) dt = DataType::Int;
   TensorView* out = newOutput(f, dt, ids);
   ExprAttrs attrs;

@@ -1,14 +1,19 @@
 #include "ir/printer.h"
 
+#include <algorithm>
+#include <functional>
+#include <map>
 #include <sstream>
+
+#include "support/text.h"
 
 namespace mf {
 namespace {
 
 std::string idList(const std::vector<IterDomain*>& ids) {
-  std::string s = "[";
-  for (size_t i = 0; i < ids.size(); ++i) s += (i ? ", " : "") + ids[i]->toString();
-  return s + "]";
+  std::vector<std::string> items;
+  for (const IterDomain* id : ids) items.push_back(id->toString());
+  return listText(items);
 }
 
 std::string valName(const Val* v) {
@@ -19,25 +24,38 @@ std::string valName(const Val* v) {
 
 std::string attrString(const Expr* e) {
   const ExprAttrs& a = e->attrs();
-  auto ints = [](const std::vector<int64_t>& v) {
-    std::string s = "[";
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-    return s + "]";
-  };
-  switch (e->op()) {
-    case OpType::Cast: return std::string(", dtype=") + toString(a.dtype);
-    case OpType::Sum:
-    case OpType::Max:
-    case OpType::Min: return ", dims=" + ints(a.dims);
-    case OpType::Permute:
-    case OpType::Squeeze: return ", dims=" + ints(a.dims);
-    case OpType::BroadcastInDim: return ", shape=" + ints(a.shape) + ", broadcast_dims=" + ints(a.dims);
-    case OpType::Reshape: return ", shape=" + ints(a.shape);
-    default: return "";
-  }
+  unsigned mask = opInfo(e->op()).attrs;
+  std::string s;
+  if (mask & kAttrDtype) s += std::string(", dtype=") + toString(a.dtype);
+  if (mask & kAttrShape) s += ", shape=" + listText(a.shape);
+  if (mask & kAttrDims) s += ", dims=" + listText(a.dims);
+  if (mask & kAttrBroadcastDims) s += ", broadcast_dims=" + listText(a.dims);
+  return s;
+}
+
+// Operands as printFusion writes them: constants carry their dtype so that the text parses back.
+std::string typedValName(const Val* v) {
+  if (v->isTensor()) return v->toString();
+  return v->toString() + "_" + toString(v->dtype());
 }
 
 }  // namespace
+
+std::vector<const IdTransform*> transformsOf(const TensorView* tv) {
+  const auto& base = tv->rootOrLogical();
+  std::vector<const IdTransform*> order;
+  std::function<void(const IterDomain*)> visit = [&](const IterDomain* id) {
+    if (std::find(base.begin(), base.end(), id) != base.end()) return;
+    const IdTransform* t = id->definition();
+    if (t == nullptr || std::find(order.begin(), order.end(), t) != order.end()) return;
+    for (const IterDomain* in : t->inputs()) visit(in);
+    order.push_back(t);
+  };
+  for (const auto* ids : {&tv->logical(), &tv->loop(), &tv->allocation()}) {
+    for (const IterDomain* id : *ids) visit(id);
+  }
+  return order;
+}
 
 std::string printTensor(const TensorView* tv) {
   std::ostringstream ss;
@@ -53,6 +71,7 @@ std::string printTensor(const TensorView* tv) {
   }
   ss << "\n";
   if (!tv->root().empty()) ss << "    root: " << idList(tv->root()) << "\n";
+  for (const IdTransform* t : transformsOf(tv)) ss << "    " << t->toString() << "\n";
   if (tv->loop() != tv->logical()) ss << "    loop: " << idList(tv->loop()) << "\n";
   if (tv->hasAllocation()) ss << "    allocation: " << idList(tv->allocation()) << "\n";
   return ss.str();
@@ -61,6 +80,12 @@ std::string printTensor(const TensorView* tv) {
 std::string printFusion(const Fusion& f) {
   std::ostringstream ss;
   ss << "Fusion {\n";
+  if (!f.symbolEqualities().empty()) {
+    std::map<std::string, std::string> sorted(f.symbolEqualities().begin(), f.symbolEqualities().end());
+    ss << "  symbols:";
+    for (const auto& [a, b] : sorted) ss << " " << a << "=" << b;
+    ss << "\n";
+  }
   for (Val* in : f.inputs()) {
     ss << "  input ";
     if (in->isTensor()) ss << printTensor(static_cast<TensorView*>(in));
@@ -68,7 +93,7 @@ std::string printFusion(const Fusion& f) {
   }
   for (Expr* e : f.exprs()) {
     ss << "  " << e->out()->toString() << " = " << toString(e->op()) << "(";
-    for (size_t i = 0; i < e->inputs().size(); ++i) ss << (i ? ", " : "") << valName(e->input(i));
+    for (size_t i = 0; i < e->inputs().size(); ++i) ss << (i ? ", " : "") << typedValName(e->input(i));
     ss << attrString(e) << ")\n    " << printTensor(e->out());
   }
   ss << "  outputs:";
@@ -77,15 +102,7 @@ std::string printFusion(const Fusion& f) {
   return ss.str();
 }
 
-uint64_t fingerprint(const Fusion& f) {
-  std::string text = printFusion(f);
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (unsigned char c : text) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
+uint64_t fingerprint(const Fusion& f) { return fnv1a(printFusion(f)); }
 
 }  // namespace mf
 

@@ -21,11 +21,12 @@ namespace mf {
 
 TensorView* TensorView::rfactor(std::vector<int64_t> axes) {
   Expr* def = definition();
-  MF_USER_ARG_CHECK(def != nullptr && (isReduction(def->op()) || isContraction(def->op())), "rfactor: ", toString(),
+  MF_USER_ARG_CHECK(def != nullptr && reduces(def->op()), "rfactor: ", toString(),
                     " must be the output of sum/max/min/linear/matmul; it is ",
                     def ? mf::toString(def->op()) : std::string("a fusion input"));
-  MF_USER_ARG_CHECK(!(def->op() == OpType::Linear && def->inputs().size() == 3), "rfactor: ", toString(),
-                    " is a linear with bias; rfactor applies to the bias-free product (add the bias after the reduction)");
+  const int bias_input = opInfo(def->op()).bias_input;
+  MF_USER_ARG_CHECK(bias_input < 0 || static_cast<int>(def->inputs().size()) <= bias_input, "rfactor: ", toString(),
+                    " is a ", mf::toString(def->op()), " with bias; rfactor applies to the bias-free product (add the bias after the reduction)");
   MF_USER_ARG_CHECK(root().empty(), "rfactor: ", toString(), " was already rfactored");
   Fusion& f = *fusion();
   std::set<IterDomain*> rfactored;
@@ -173,7 +174,7 @@ TensorView* TensorView::rfactor(std::vector<int64_t> axes) {
   setLogical(out_logical);
   setLoop(out_loop);
   allocation_.clear();
-  OpType final_op = isReduction(op) ? op : OpType::Sum;
+  OpType final_op = opInfo(op).partial_combine;
   f.newExpr(final_op, {partial}, {this}, sum_attrs);
   return partial;
 }

@@ -45,47 +45,6 @@ const char* toString(ParallelType pt) {
   MF_THROW_INTERNAL("bad ParallelType");
 }
 
-const char* toString(OpType op) {
-  switch (op) {
-    case OpType::Set: return "set";
-    case OpType::Neg: return "neg";
-    case OpType::Abs: return "abs";
-    case OpType::Exp: return "exp";
-    case OpType::Log: return "log";
-    case OpType::Tanh: return "tanh";
-    case OpType::Relu: return "relu";
-    case OpType::Gelu: return "gelu";
-    case OpType::Sigmoid: return "sigmoid";
-    case OpType::Sqrt: return "sqrt";
-    case OpType::Reciprocal: return "reciprocal";
-    case OpType::Cast: return "cast";
-    case OpType::Add: return "add";
-    case OpType::Sub: return "sub";
-    case OpType::Mul: return "mul";
-    case OpType::Div: return "div";
-    case OpType::Maximum: return "maximum";
-    case OpType::Minimum: return "minimum";
-    case OpType::Pow: return "pow";
-    case OpType::Eq: return "eq";
-    case OpType::Ne: return "ne";
-    case OpType::Lt: return "lt";
-    case OpType::Le: return "le";
-    case OpType::Gt: return "gt";
-    case OpType::Ge: return "ge";
-    case OpType::Where: return "where";
-    case OpType::BroadcastInDim: return "broadcast_in_dim";
-    case OpType::Squeeze: return "squeeze";
-    case OpType::Permute: return "permute";
-    case OpType::Reshape: return "reshape";
-    case OpType::Sum: return "sum";
-    case OpType::Max: return "max";
-    case OpType::Min: return "min";
-    case OpType::Matmul: return "matmul";
-    case OpType::Linear: return "linear";
-  }
-  MF_THROW_INTERNAL("bad OpType");
-}
-
 bool isDeviceParallel(ParallelType pt) {
   return pt == ParallelType::DIDx || pt == ParallelType::DIDy || pt == ParallelType::DIDz;
 }
@@ -107,13 +66,6 @@ int64_t sizeInBytes(DataType dt) {
   }
   MF_THROW_INTERNAL("bad DataType");
 }
-
-bool isUnary(OpType op) { return op >= OpType::Set && op <= OpType::Cast; }
-bool isBinary(OpType op) { return op >= OpType::Add && op <= OpType::Ge; }
-bool isComparison(OpType op) { return op >= OpType::Eq && op <= OpType::Ge; }
-bool isPointwise(OpType op) { return op >= OpType::Set && op <= OpType::Where; }
-bool isReduction(OpType op) { return op == OpType::Sum || op == OpType::Max || op == OpType::Min; }
-bool isContraction(OpType op) { return op == OpType::Matmul || op == OpType::Linear; }
 
 namespace {
 int category(DataType dt) {  // bool < integral < floating

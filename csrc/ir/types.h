@@ -17,37 +17,16 @@ enum class ParallelType {
 };
 constexpr ParallelType kDeviceParallelTypes[] = {ParallelType::DIDx, ParallelType::DIDy, ParallelType::DIDz};
 
-enum class OpType {
-  // unary
-  Set, Neg, Abs, Exp, Log, Tanh, Relu, Gelu, Sigmoid, Sqrt, Reciprocal, Cast,
-  // binary
-  Add, Sub, Mul, Div, Maximum, Minimum, Pow, Eq, Ne, Lt, Le, Gt, Ge,
-  // ternary
-  Where,
-  // shape
-  BroadcastInDim, Squeeze, Permute, Reshape,
-  // reductions
-  Sum, Max, Min,
-  // contractions
-  Matmul, Linear,
-};
 
 const char* toString(DataType dt);
 const char* toString(IterType it);
 const char* toString(ParallelType pt);
-const char* toString(OpType op);
 
 bool isDeviceParallel(ParallelType pt);
 bool isFloatingPoint(DataType dt);
 bool isIntegral(DataType dt);
 int64_t sizeInBytes(DataType dt);
 
-bool isUnary(OpType op);
-bool isBinary(OpType op);
-bool isComparison(OpType op);
-bool isPointwise(OpType op);  // unary, binary, ternary and cast
-bool isReduction(OpType op);
-bool isContraction(OpType op);
 
 // Result type of a binary op between two tensors, following PyTorch's promotion of tensor
 // operands (scalars take part only through their category: an int scalar never widens a float).

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/op_registry.h"
 #include "ir/types.h"
 
 namespace mf {

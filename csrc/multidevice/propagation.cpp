@@ -88,10 +88,12 @@ void shardProducerLikeConsumer(const Expr* e, size_t input_index, TensorView* pr
   }
 }
 
-TensorView* newTensorLike(TensorView* tv) {
+TensorView* newTensorLike(TensorView* tv, bool keep_reductions) {
   Fusion& f = *tv->fusion();
   std::vector<IterDomain*> ids;
-  for (IterDomain* id : tv->logicalNoReductions()) ids.push_back(f.newIterDomain(id->extent(), id->iterType()));
+  for (IterDomain* id : keep_reductions ? tv->logical() : tv->logicalNoReductions()) {
+    ids.push_back(f.newIterDomain(id->extent(), id->iterType()));
+  }
   TensorView* t = f.newTensor(tv->dtype(), ids);
   t->setDeviceMesh(tv->mesh());
   return t;

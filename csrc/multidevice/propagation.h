@@ -21,7 +21,8 @@ void shardConsumerLikeProducer(const Expr* e, size_t input_index, const std::vec
 void shardProducerLikeConsumer(const Expr* e, size_t input_index, TensorView* producer,
                                const std::vector<ParallelType>& pts, bool include_reduction_dids);
 
-// A new tensor with tv's dtype, global shape (no reductions) and mesh, unscheduled.
-TensorView* newTensorLike(TensorView* tv);
+// A new tensor with tv's dtype, global shape and mesh, unscheduled. With `keep_reductions` its
+// logical domain keeps tv's reduction axes (for a new definition of a reduction's result).
+TensorView* newTensorLike(TensorView* tv, bool keep_reductions = false);
 
 }  // namespace mf

@@ -104,8 +104,11 @@ std::vector<ParallelType> reshardedTypes(const Expr* e, size_t input_index) {
     if (!p_has) {
       // The consumer shards an axis this producer does not have (e.g. the weight's out_features
       // seen from a replicated input): every device already holds what it needs.
+      // Not so for an op that regroups the producer's axes (reshape): every consumer axis holds
+      // producer data there.
       DeviceSplit cs = deviceSplit(consumer, pt, /*to_root=*/true);
-      if (std::find(p2c.begin(), p2c.end(), cs.axis) == p2c.end()) continue;
+      bool fresh_axis = std::find(p2c.begin(), p2c.end(), cs.axis) == p2c.end();
+      if (fresh_axis && !opInfo(e->op()).regroups_axes) continue;
     }
     if (p_has != c_has) {
       changed.push_back(pt);

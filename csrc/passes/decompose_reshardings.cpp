@@ -56,16 +56,6 @@ void dropReductions(TensorView* tv) {
   tv->setAllocation({});
 }
 
-// A fresh tensor with tv's full logical domain (reductions included), mesh and no schedule.
-TensorView* newTensorWithReductions(TensorView* tv) {
-  Fusion& f = *tv->fusion();
-  std::vector<IterDomain*> ids;
-  for (IterDomain* id : tv->logical()) ids.push_back(f.newIterDomain(id->extent(), id->iterType()));
-  TensorView* t = f.newTensor(tv->dtype(), ids);
-  t->setDeviceMesh(tv->mesh());
-  return t;
-}
-
 // Copies src's device shardings (reduction DIDs too) onto dst, which has src's logical layout.
 void copyShardings(const TensorView* src, TensorView* dst) {
   for (IterDomain* id : src->loop()) {
@@ -86,15 +76,18 @@ void copyShardings(const TensorView* src, TensorView* dst) {
 
 // 1. out = linear(x, w, b) with a sharded contraction -> t = linear(x, w); out = add(t, b).
 bool pullBiasAfterReduction(Fusion& f, Expr* e) {
-  if (e->op() != OpType::Linear || e->inputs().size() != 3 || !hasDeviceReduction(e->out())) return false;
+  const int bias_input = opInfo(e->op()).bias_input;
+  if (bias_input < 0 || static_cast<int>(e->inputs().size()) <= bias_input || !hasDeviceReduction(e->out())) return false;
   TensorView* out = e->out();
-  TensorView* t = newTensorWithReductions(out);
+  TensorView* t = newTensorLike(out, /*keep_reductions=*/true);
   copyShardings(out, t);
-  Val* x = e->input(0);
-  Val* w = e->input(1);
-  Val* bias = e->input(2);
+  std::vector<Val*> operands = e->inputs();
+  Val* bias = operands[bias_input];
+  operands.erase(operands.begin() + bias_input);
+  OpType op = e->op();
+  ExprAttrs attrs = e->attrs();
   f.unlink(e);
-  f.newExpr(OpType::Linear, {x, w}, {t});
+  f.newExpr(op, operands, {t}, attrs);
   dropReductions(out);
   f.newExpr(OpType::Add, {t, bias}, {out});
   return true;
@@ -102,7 +95,7 @@ bool pullBiasAfterReduction(Fusion& f, Expr* e) {
 
 // 2. rfactor the local part of a reduction that is also reduced across devices.
 bool rfactorDeviceReduction(Expr* e) {
-  if (!(isReduction(e->op()) || isContraction(e->op())) || isDeviceReduction(e)) return false;
+  if (!reduces(e->op()) || isDeviceReduction(e)) return false;
   TensorView* out = e->out();
   if (!hasDeviceReduction(out)) return false;
   std::vector<int64_t> local_axes;
@@ -121,7 +114,7 @@ bool rfactorDeviceReduction(Expr* e) {
 bool reshardAfter(Fusion& f, Expr*& e) {
   TensorView* out = e->out();
   auto* in = static_cast<TensorView*>(e->input(0));
-  TensorView* t = newTensorWithReductions(out);
+  TensorView* t = newTensorLike(out, /*keep_reductions=*/true);
   t->setDeviceMesh(in->mesh());
   std::vector<Val*> inputs = e->inputs();
   ExprAttrs attrs = e->attrs();
@@ -131,7 +124,7 @@ bool reshardAfter(Fusion& f, Expr*& e) {
   shardConsumerLikeProducer(local, 0, kAllDids);
   // A reduction over a sharded axis is fine here: step 2 rfactors it into a local partial and a
   // reduction across devices.
-  bool reduces_across_devices = (isReduction(op) || isContraction(op)) && hasDeviceReduction(t);
+  bool reduces_across_devices = reduces(op) && hasDeviceReduction(t);
   if (isResharding(local) && !reduces_across_devices) {
     // The op cannot run on the input's sharding (e.g. a reshape that splits the sharded axis):
     // undo and reshard before instead.

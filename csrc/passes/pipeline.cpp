@@ -1,8 +1,10 @@
 #include <iostream>
 
+#include "ir/parser.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
 #include "passes/pass.h"
+#include "support/error.h"
 #include "support/options.h"
 
 namespace mf {
@@ -14,6 +16,36 @@ std::vector<std::unique_ptr<Pass>> defaultPipeline() {
   passes.push_back(makeDecomposeReshardingsPass());
   passes.push_back(makeFinalizeAllocationPass());
   return passes;
+}
+
+std::unique_ptr<Pass> makePass(const std::string& name) {
+  std::string names;
+  for (auto& pass : defaultPipeline()) {
+    if (pass->name() == name) return std::move(pass);
+    names += std::string(names.empty() ? "" : ", ") + pass->name();
+  }
+  MF_USER_ARG_CHECK(false, "no pass named '", name, "'; the passes are ", names);
+  return nullptr;
+}
+
+void runPass(Fusion& fusion, const std::string& name, bool with_prerequisites) {
+  std::unique_ptr<Pass> target = makePass(name);
+  verifyFusion(fusion);
+  if (with_prerequisites) {
+    for (auto& pass : defaultPipeline()) {
+      if (pass->name() == name) break;
+      pass->run(fusion);
+      verifyFusion(fusion);
+    }
+  }
+  target->run(fusion);
+  verifyFusion(fusion);
+}
+
+std::string runPassOnText(const std::string& name, const std::string& ir, bool with_prerequisites) {
+  auto fusion = parseFusion(ir);
+  runPass(*fusion, name, with_prerequisites);
+  return printFusion(*fusion);
 }
 
 void runPipeline(Fusion& fusion, std::vector<std::pair<std::string, std::string>>* trace) {

@@ -2,7 +2,8 @@
 // Requires: validate_meshes ran (inputs of a multi-device fusion have meshes).
 // Guarantees: every tensor has a mesh when any does. Tensors the user gave a mesh are never
 //   changed. Others get, forward, each device parallel type from the first input that has it
-//   (linear: weight, bias, input; matmul: B then A; otherwise the most parallel input first), and
+//   (in the order the op registry prefers: linear's weight, bias, input; matmul's B then A;
+//   otherwise the most parallel input first), and
 //   then, backward from consumers, the parallel types still missing (fusion inputs never get new
 //   ones). No tensor ends up with two axes of one parallel type.
 #include <algorithm>
@@ -27,15 +28,14 @@ std::vector<size_t> referenceOrder(const Expr* e) {
   for (size_t i = 0; i < e->inputs().size(); ++i) {
     if (e->input(i)->isTensor()) order.push_back(i);
   }
-  if (e->op() == OpType::Linear) {
-    std::vector<size_t> pref = {1, 2, 0};
+  const std::vector<int>& preferred = opInfo(e->op()).propagation_order;
+  if (!preferred.empty()) {
     std::vector<size_t> result;
-    for (size_t p : pref) {
-      if (p < e->inputs().size()) result.push_back(p);
+    for (int p : preferred) {
+      if (static_cast<size_t>(p) < e->inputs().size() && e->input(p)->isTensor()) result.push_back(p);
     }
     return result;
   }
-  if (e->op() == OpType::Matmul) return {1, 0};
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     return numDeviceDims(static_cast<TensorView*>(e->input(a))) > numDeviceDims(static_cast<TensorView*>(e->input(b)));
   });

@@ -2,7 +2,8 @@
 // Requires: a Fusion as the user defined and scheduled it.
 // Guarantees: either no tensor has a device mesh (single-device program), or every fusion input
 //   tensor has one; every device-parallel loop axis has the extent of its mesh axis (verifier);
-//   no mesh holds a rank twice (DeviceMesh). Errors name the tensor.
+//   no mesh holds a rank twice (DeviceMesh); no axis is stream-parallel (not honoured yet, so it
+//   is refused rather than ignored). Errors name the tensor and the axis.
 #include "multidevice/sharding.h"
 #include "passes/pass.h"
 #include "support/error.h"
@@ -20,6 +21,9 @@ class ValidateMeshesPass : public Pass {
     }
     for (const TensorView* tv : fusion.allTensors()) {
       for (IterDomain* id : tv->loop()) {
+        MF_USER_CHECK(id->parallelType() != ParallelType::Stream, tv->toString(), " has axis ", id->toString(),
+                      " parallelized on ParallelType.stream; stream-parallel (overlapped) loops are not ",
+                      "implemented yet, and a schedule that is not honoured is refused rather than ignored");
         MF_USER_CHECK(!id->isDeviceDim() || tv->hasMesh(), tv->toString(), " has axis ", id->toString(),
                       " parallelized on a mesh axis but no device mesh; call set_device_mesh");
       }

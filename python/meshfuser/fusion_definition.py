@@ -6,8 +6,10 @@ from ._C import DataType, ParallelType, OpType
 
 TensorView = _C.TensorView
 
-_UNARY = ["set", "neg", "abs", "exp", "log", "tanh", "relu", "gelu", "sigmoid", "sqrt", "reciprocal"]
-_BINARY = ["add", "sub", "mul", "div", "maximum", "minimum", "pow", "eq", "ne", "lt", "le", "gt", "ge"]
+# Plain unary and binary ops come from the op registry (one entry per op in C++); ops with
+# attributes (cast, reductions, layout ops) have Python signatures of their own below.
+_UNARY = [name for name, kind, has_attrs in _C.ops.table() if kind == "unary" and not has_attrs]
+_BINARY = [name for name, kind, has_attrs in _C.ops.table() if kind == "binary" and not has_attrs]
 
 
 class _IterDomainRef:

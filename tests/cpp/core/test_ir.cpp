@@ -75,7 +75,8 @@ TEST(IrTest, RFactorOfShardedLinear) {
   verifyFusion(f);
   EXPECT_EQ(printTensor(partial),
             "T3_float[i13{s0}, i14{6}, iDIDx16{2}rf, r17{4}rf] mesh=[0 1]\n"
-            "    root: [i13{s0}, i14{6}, r15{8}]\n");
+            "    root: [i13{s0}, i14{6}, r15{8}]\n"
+            "    OuterSplit(r15{8}, factor 2) -> iDIDx16{2}rf, r17{4}rf\n");
   EXPECT_EQ(printTensor(out), "T2_float[i4{s0}, i5{6}, rDIDx18{2}] mesh=[0 1]\n");
 }
 

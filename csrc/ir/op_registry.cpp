@@ -1,0 +1,177 @@
+// The op table. One entry per op; see op_registry.h for what each field means.
+#include "ir/op_registry.h"
+
+#include <unordered_map>
+
+#include "ir/domain_map.h"
+#include "support/error.h"
+
+namespace mf {
+namespace {
+
+OpInfo base(OpType op, const char* name, OpKind kind, int min_in, int max_in, DtypeRule dtype, AxisMapFn map) {
+  OpInfo i{};
+  i.op = op;
+  i.name = name;
+  i.kind = kind;
+  i.min_inputs = min_in;
+  i.max_inputs = max_in;
+  i.dtype_rule = dtype;
+  i.attrs = kNoAttrs;
+  i.axis_map = map;
+  i.partial_combine = OpType::Sum;
+  i.bias_input = -1;
+  i.regroups_axes = false;
+  i.aten_args = AtenArgs::Operands;
+  i.no_cuda = "not supported by the CUDA generator";
+  i.cuda_exact_bool = false;
+  return i;
+}
+
+OpInfo unary(OpType op, const char* name, DtypeRule dtype, const char* aten, const char* cuda) {
+  OpInfo i = base(op, name, OpKind::Unary, 1, 1, dtype, &mapRightAligned);
+  i.aten = aten;
+  i.cuda = cuda;
+  return i;
+}
+
+OpInfo binary(OpType op, const char* name, DtypeRule dtype, const char* aten, const char* cuda) {
+  OpInfo i = base(op, name, OpKind::Binary, 2, 2, dtype, &mapRightAligned);
+  i.aten = aten;
+  i.cuda = cuda;
+  i.cuda_exact_bool = dtype == DtypeRule::Bool;
+  return i;
+}
+
+OpInfo layout(OpType op, const char* name, unsigned attrs, AxisMapFn map, const char* aten, AtenArgs args) {
+  OpInfo i = base(op, name, OpKind::Layout, 1, 1, DtypeRule::SameAsInput, map);
+  i.attrs = attrs;
+  i.aten = aten;
+  i.aten_args = args;
+  i.cuda = "{0}";  // the index mapping moves the data; the value is unchanged
+  i.cuda_exact_bool = true;
+  return i;
+}
+
+OpInfo reduction(OpType op, const char* name, const char* aten, const char* init, const char* combine) {
+  OpInfo i = base(op, name, OpKind::Reduction, 1, 1, DtypeRule::Reduction, &mapRightAligned);
+  i.attrs = kAttrDims;
+  i.partial_combine = op;
+  i.aten = aten;
+  i.aten_args = AtenArgs::ReducedAxes;
+  i.cuda_init = init;
+  i.cuda_combine = combine;
+  return i;
+}
+
+std::vector<OpInfo> buildTable() {
+  using D = DtypeRule;
+  std::vector<OpInfo> t;
+  // Unary. set keeps the dtype; neg/abs/relu keep integers; the rest compute in floating point.
+  OpInfo set = unary(OpType::Set, "set", D::SameAsInput, nullptr, "{0}");
+  set.aten_args = AtenArgs::Identity;
+  set.cuda_exact_bool = true;
+  t.push_back(set);
+  t.push_back(unary(OpType::Neg, "neg", D::SameAsInput, "aten::neg", "-{0}"));
+  t.push_back(unary(OpType::Abs, "abs", D::SameAsInput, "aten::abs", "fabsf({0})"));
+  t.push_back(unary(OpType::Exp, "exp", D::FloatIfIntegral, "aten::exp", "expf({0})"));
+  t.push_back(unary(OpType::Log, "log", D::FloatIfIntegral, "aten::log", "logf({0})"));
+  t.push_back(unary(OpType::Tanh, "tanh", D::FloatIfIntegral, "aten::tanh", "tanhf({0})"));
+  t.push_back(unary(OpType::Relu, "relu", D::SameAsInput, "aten::relu", "mf_relu({0})"));
+  t.push_back(unary(OpType::Gelu, "gelu", D::FloatIfIntegral, "aten::gelu", "mf_gelu({0})"));
+  t.push_back(unary(OpType::Sigmoid, "sigmoid", D::FloatIfIntegral, "aten::sigmoid", "mf_sigmoid({0})"));
+  t.push_back(unary(OpType::Sqrt, "sqrt", D::FloatIfIntegral, "aten::sqrt", "sqrtf({0})"));
+  t.push_back(unary(OpType::Reciprocal, "reciprocal", D::FloatIfIntegral, "aten::reciprocal", "1.0f / {0}"));
+  OpInfo cast = unary(OpType::Cast, "cast", D::Attribute, "aten::to.dtype", "{0}");
+  cast.attrs = kAttrDtype;
+  cast.aten_args = AtenArgs::Dtype;
+  cast.cuda_exact_bool = true;  // codegen rounds to the target dtype
+  t.push_back(cast);
+
+  // Binary.
+  t.push_back(binary(OpType::Add, "add", D::Promote, "aten::add.Tensor", "{0} + {1}"));
+  t.push_back(binary(OpType::Sub, "sub", D::Promote, "aten::sub.Tensor", "{0} - {1}"));
+  t.push_back(binary(OpType::Mul, "mul", D::Promote, "aten::mul.Tensor", "{0} * {1}"));
+  t.push_back(binary(OpType::Div, "div", D::TrueDivide, "aten::div.Tensor", "{0} / {1}"));
+  t.push_back(binary(OpType::Maximum, "maximum", D::Promote, "aten::maximum", "mf_max({0}, {1})"));
+  t.push_back(binary(OpType::Minimum, "minimum", D::Promote, "aten::minimum", "mf_min({0}, {1})"));
+  t.push_back(binary(OpType::Pow, "pow", D::Promote, "aten::pow.Tensor_Tensor", "powf({0}, {1})"));
+  t.push_back(binary(OpType::Eq, "eq", D::Bool, "aten::eq.Tensor", "({0} == {1} ? 1.0f : 0.0f)"));
+  t.push_back(binary(OpType::Ne, "ne", D::Bool, "aten::ne.Tensor", "({0} != {1} ? 1.0f : 0.0f)"));
+  t.push_back(binary(OpType::Lt, "lt", D::Bool, "aten::lt.Tensor", "({0} < {1} ? 1.0f : 0.0f)"));
+  t.push_back(binary(OpType::Le, "le", D::Bool, "aten::le.Tensor", "({0} <= {1} ? 1.0f : 0.0f)"));
+  t.push_back(binary(OpType::Gt, "gt", D::Bool, "aten::gt.Tensor", "({0} > {1} ? 1.0f : 0.0f)"));
+  t.push_back(binary(OpType::Ge, "ge", D::Bool, "aten::ge.Tensor", "({0} >= {1} ? 1.0f : 0.0f)"));
+
+  OpInfo where = base(OpType::Where, "where", OpKind::Ternary, 3, 3, D::PromoteLastTwo, &mapRightAligned);
+  where.aten = "aten::where.self";
+  where.cuda = "({0} != 0.0f ? {1} : {2})";
+  where.cuda_exact_bool = true;
+  t.push_back(where);
+
+  // Layout.
+  t.push_back(layout(OpType::BroadcastInDim, "broadcast_in_dim", kAttrShape | kAttrBroadcastDims, &mapBroadcastInDim,
+                     "aten::expand", AtenArgs::BroadcastInDim));
+  t.push_back(layout(OpType::Squeeze, "squeeze", kAttrDims, &mapSqueeze, "aten::squeeze.dims", AtenArgs::AttrDims));
+  t.push_back(layout(OpType::Permute, "permute", kAttrDims, &mapPermute, "aten::permute", AtenArgs::AttrDims));
+  OpInfo reshape = layout(OpType::Reshape, "reshape", kAttrShape, &mapReshape, "aten::reshape", AtenArgs::LocalShape);
+  reshape.regroups_axes = true;
+  reshape.cuda = nullptr;
+  reshape.no_cuda = "reshape is not supported by the CUDA generator (it needs a view or a copy; ATen runs it)";
+  t.push_back(reshape);
+
+  // Reductions (NaN propagates through max/min like PyTorch).
+  t.push_back(reduction(OpType::Sum, "sum", "aten::sum.dim_IntList", "0.0f", "{0} + {1}"));
+  t.push_back(reduction(OpType::Max, "max", "aten::amax", "__int_as_float(0xff800000)", "mf_max({0}, {1})"));
+  t.push_back(reduction(OpType::Min, "min", "aten::amin", "__int_as_float(0x7f800000)", "mf_min({0}, {1})"));
+
+  // Contractions: cuBLAS through ATen, in a segment of their own.
+  OpInfo matmul = base(OpType::Matmul, "matmul", OpKind::Contraction, 2, 2, D::SameAsInput, &mapMatmul);
+  matmul.propagation_order = {1, 0};
+  matmul.aten = "aten::matmul";
+  matmul.no_cuda = "runs on cuBLAS through ATen, not in a generated kernel";
+  t.push_back(matmul);
+  OpInfo linear = base(OpType::Linear, "linear", OpKind::Contraction, 2, 3, D::SameAsInput, &mapLinear);
+  linear.propagation_order = {1, 2, 0};
+  linear.bias_input = 2;
+  linear.aten = "aten::linear";
+  linear.no_cuda = matmul.no_cuda;
+  t.push_back(linear);
+  for (size_t k = 0; k < t.size(); ++k) {
+    MF_CHECK(static_cast<size_t>(t[k].op) == k, "op registry out of order at ", t[k].name);
+  }
+  return t;
+}
+
+}  // namespace
+
+const std::vector<OpInfo>& allOps() {
+  static const std::vector<OpInfo> table = buildTable();
+  return table;
+}
+
+const OpInfo& opInfo(OpType op) { return allOps().at(static_cast<size_t>(op)); }
+
+const OpInfo* findOp(const std::string& name) {
+  static const std::unordered_map<std::string, const OpInfo*> by_name = [] {
+    std::unordered_map<std::string, const OpInfo*> m;
+    for (const OpInfo& i : allOps()) m[i.name] = &i;
+    return m;
+  }();
+  auto it = by_name.find(name);
+  return it == by_name.end() ? nullptr : it->second;
+}
+
+const char* toString(OpType op) { return opInfo(op).name; }
+bool isUnary(OpType op) { return opInfo(op).kind == OpKind::Unary; }
+bool isBinary(OpType op) { return opInfo(op).kind == OpKind::Binary; }
+bool isComparison(OpType op) { return opInfo(op).dtype_rule == DtypeRule::Bool; }
+bool isPointwise(OpType op) {
+  OpKind k = opInfo(op).kind;
+  return k == OpKind::Unary || k == OpKind::Binary || k == OpKind::Ternary;
+}
+bool isReduction(OpType op) { return opInfo(op).kind == OpKind::Reduction; }
+bool isContraction(OpType op) { return opInfo(op).kind == OpKind::Contraction; }
+bool reduces(OpType op) { return isReduction(op) || isContraction(op); }
+
+}  // namespace mf

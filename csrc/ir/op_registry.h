@@ -1,0 +1,138 @@
+// The op registry: everything meshfuser knows about an op, in one entry.
+//
+// Passes, the evaluator, codegen, the printer/parser and the bindings ask the registry; none of
+// them switches on OpType. Adding an elementwise op is one enum value here plus one entry in
+// op_registry.cpp (name, kind, dtype rule, ATen name, CUDA expression), and tests.
+//
+// The model is a per-op factor rule: each input axis maps to an output axis (kept, broadcast,
+// reduced, contracted, reshaped); a device split on a kept axis passes through; one on a reduced or
+// contracted axis makes the output a partial result that a reduction across devices completes
+// (`partial_combine`); anything else needs the operand resharded.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/types.h"
+
+namespace mf {
+
+class Expr;
+
+enum class OpType {
+  // unary
+  Set, Neg, Abs, Exp, Log, Tanh, Relu, Gelu, Sigmoid, Sqrt, Reciprocal, Cast,
+  // binary
+  Add, Sub, Mul, Div, Maximum, Minimum, Pow, Eq, Ne, Lt, Le, Gt, Ge,
+  // ternary
+  Where,
+  // layout
+  BroadcastInDim, Squeeze, Permute, Reshape,
+  // reductions
+  Sum, Max, Min,
+  // contractions
+  Matmul, Linear,
+};
+
+enum class OpKind {
+  Unary,        // one tensor in, same shape out
+  Binary,       // two operands (tensor or scalar), broadcast right-aligned
+  Ternary,      // where
+  Layout,       // moves or views data: broadcast_in_dim, squeeze, permute, reshape
+  Reduction,    // sum/max/min over axes; reduced axes stay in the output's logical domain as r{}
+  Contraction,  // matmul/linear: output ends with the contracted r{k}
+};
+
+// How the output dtype follows from the operands.
+enum class DtypeRule {
+  SameAsInput,      // dtype of the first tensor operand
+  FloatIfIntegral,  // like the input; integral and bool inputs give float (exp(int) is float)
+  Promote,          // PyTorch promotion of the operands (scalars by category only)
+  TrueDivide,       // Promote, then float if integral
+  Bool,             // comparisons
+  Attribute,        // the `dtype` attribute (cast)
+  PromoteLastTwo,   // where: promotion of the two branches
+  Reduction,        // the `dtype` attribute; sum of bool/int32 accumulates in int64
+};
+
+// Which attributes an op carries (printed and parsed in this order).
+enum AttrMask : unsigned {
+  kNoAttrs = 0,
+  kAttrDtype = 1u << 0,           // ", dtype=float"
+  kAttrShape = 1u << 1,           // ", shape=[..]"
+  kAttrDims = 1u << 2,            // ", dims=[..]"
+  kAttrBroadcastDims = 1u << 3,   // ", broadcast_dims=[..]" (stored in dims)
+};
+
+// How the ATen evaluator calls the op (the op itself is found by `aten` name through the
+// dispatcher, so no per-op C++ is needed for plain operand-only ops).
+enum class AtenArgs {
+  Operands,        // aten(operands...); scalars become wrapped numbers (Python-scalar promotion)
+  Identity,        // no call: the input itself
+  Dtype,           // aten(x, dtype)
+  ReducedAxes,     // aten(x, reduced axes [, keepdim=false, dtype])
+  AttrDims,        // aten(x, dims)
+  LocalShape,      // aten(x, this rank's shape of the output)
+  BroadcastInDim,  // view with the output's rank, then expand to the local output shape
+};
+
+// For expr `e` and its tensor input at `input_index`: result[p] is the index into the consumer's
+// rootOrLogical() of the axis that the producer's p-th non-reduction logical axis maps to, or -1.
+using AxisMapFn = std::vector<int64_t> (*)(const Expr* e, size_t input_index);
+
+struct OpInfo {
+  OpType op;
+  const char* name;  // printed name and Python name (fd.ops.<name>)
+  OpKind kind;
+  int min_inputs;
+  int max_inputs;
+  DtypeRule dtype_rule;
+  unsigned attrs;  // AttrMask bits
+  AxisMapFn axis_map;
+
+  // Sharding rule.
+  // Inputs whose shardings the output takes first during propagation; empty: the most parallel
+  // tensor input first.
+  std::vector<int> propagation_order;
+  // For reductions and contractions: the op that combines partial results of a device-sharded
+  // reduction (sum for linear/matmul/sum, max for max, min for min).
+  OpType partial_combine;
+  // An input added after the reduction (linear's bias): pulled out when the reduction is sharded,
+  // so it is added once rather than once per device. -1: none.
+  int bias_input;
+  // Every output axis is made of this op's input data, regrouped (reshape): a device split on an
+  // output axis that no input axis maps to onto is then a reshard, not a fresh axis.
+  bool regroups_axes;
+
+  // ATen evaluation: a dispatcher name ("aten::exp", "aten::sum.dim_IntList") and its arguments.
+  const char* aten;
+  AtenArgs aten_args;
+
+  // Code generation: a float expression over {0}, {1}, {2} (the operands, already in float), or
+  // nullptr with the reason in `no_cuda`. `cuda_exact_bool`: the expression already yields 0/1 for
+  // a bool result (others are normalized).
+  const char* cuda;
+  const char* no_cuda;
+  bool cuda_exact_bool;
+  // Reductions: the accumulator's initial value and how two partial values combine.
+  const char* cuda_init;
+  const char* cuda_combine;
+};
+
+const OpInfo& opInfo(OpType op);
+// The entry whose name is `name`, or nullptr.
+const OpInfo* findOp(const std::string& name);
+const std::vector<OpInfo>& allOps();
+
+const char* toString(OpType op);
+bool isUnary(OpType op);
+bool isBinary(OpType op);
+bool isComparison(OpType op);
+bool isPointwise(OpType op);  // unary, binary, ternary and cast
+bool isReduction(OpType op);
+bool isContraction(OpType op);
+// Reductions and contractions: ops whose output has reduction axes.
+bool reduces(OpType op);
+
+}  // namespace mf

@@ -1,0 +1,18 @@
+// Small text and hashing helpers shared by the IR printer, codegen and the runtime.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mf {
+
+// "[1, 2, 3]": shapes, dims and strides in messages and printed IR.
+std::string listText(const std::vector<int64_t>& values);
+std::string listText(const std::vector<std::string>& items);
+
+// 64-bit FNV-1a: keys of caches (program text, kernel source, input signatures).
+uint64_t fnv1a(const std::string& bytes);
+uint64_t fnv1a(const std::vector<int64_t>& values);
+
+}  // namespace mf

@@ -1,0 +1,97 @@
+// The IR parser: printed IR reads back into a fusion that prints identically, and malformed
+// text is a user error naming the line.
+#include <gtest/gtest.h>
+
+#include "ir/ops.h"
+#include "ir/parser.h"
+#include "ir/printer.h"
+#include "passes/pass.h"
+#include "support/error.h"
+
+namespace mf {
+namespace {
+
+void expectRoundTrip(const Fusion& f) {
+  std::string text = printFusion(f);
+  auto parsed = parseFusion(text);
+  EXPECT_EQ(printFusion(*parsed), text);
+  EXPECT_EQ(fingerprint(*parsed), fingerprint(f));
+}
+
+TEST(ParserTest, RoundTripsOpsScalarsAndLayouts) {
+  Fusion f;
+  TensorView* a = defineTensor(f, {-1, 6}, DataType::BFloat16, {true, false}, {1, 0});
+  TensorView* b = defineTensor(f, {-1, 6}, DataType::BFloat16);
+  Scalar* s = defineScalar(f, DataType::Double, std::nullopt);
+  TensorView* c = binaryOp(OpType::Add, a, b);  // unifies the two symbols
+  TensorView* d = binaryOp(OpType::Mul, c, s);
+  TensorView* e = binaryOp(OpType::Sub, d, f.newScalar(DataType::Double, 1.0000001));
+  TensorView* g = castOp(unaryOp(OpType::Sigmoid, e), DataType::Float);
+  TensorView* h = reductionOp(OpType::Max, g, {1});
+  TensorView* k = broadcastInDim(h, {-1, 3}, {0});
+  TensorView* w = defineTensor(f, {2, 3}, DataType::Float);
+  TensorView* r = reshape(permute(w, {1, 0}), {6});
+  TensorView* q = whereOp(binaryOp(OpType::Gt, r, f.newScalar(DataType::Double, 0.5)), r,
+                          f.newScalar(DataType::Double, -2.0));
+  f.addOutput(k);
+  f.addOutput(q);
+  expectRoundTrip(f);
+}
+
+TEST(ParserTest, RoundTripsShardedProgramsAfterEveryPass) {
+  Fusion f;
+  DeviceMesh mesh({0, 1, 2, 3}, {2, 2});
+  TensorView* x = defineTensor(f, {-1, 8, 4}, DataType::Float);
+  TensorView* w = defineTensor(f, {6, 4}, DataType::Float);
+  TensorView* b = defineTensor(f, {6}, DataType::Float);
+  TensorView* out = linear(x, w, b);
+  f.addOutput(out);
+  for (TensorView* tv : {x, w, out}) {
+    tv->setDeviceMesh(mesh);
+    tv->split(-1, 2, false);
+    tv->parallelize(-2, ParallelType::DIDx);
+  }
+  b->setDeviceMesh(mesh);
+  out->split(1, 2, false);
+  out->parallelize(1, ParallelType::DIDy);
+  expectRoundTrip(f);
+  for (auto& pass : defaultPipeline()) {
+    pass->run(f);
+    expectRoundTrip(f);
+  }
+}
+
+TEST(ParserTest, MalformedTextIsAUserErrorNamingTheLine) {
+  auto message = [](const std::string& text) {
+    try {
+      parseFusion(text);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("Fusion {\n  input T0_float[i0{4}]\n  T1 = frobnicate(T0)\n    T1_float[i1{4}]\n  outputs: T1\n}\n")
+                .find("line 3: unknown op 'frobnicate'"),
+            std::string::npos);
+  EXPECT_NE(message("Fusion {\n  input T0_float[i0{4}]\n  T1 = neg(T7)\n    T1_float[i1{4}]\n  outputs: T1\n}\n")
+                .find("unknown operand 'T7'"),
+            std::string::npos);
+  EXPECT_NE(message("Fusion {\n  input T0_float[x0{4}]\n  outputs: T0\n}\n").find("must start with i, r or b"),
+            std::string::npos);
+  EXPECT_NE(message("Fusion {\n  input T0_float[i0{4}]\n").find("unexpected end"), std::string::npos);
+  EXPECT_NE(message("Fusion {\n  input T0_float[i0{4}]\n  T1 = neg(T0)\n    T2_float[i1{4}]\n  outputs: T1\n}\n")
+                .find("defines T1 but the next line describes T2"),
+            std::string::npos);
+}
+
+TEST(PassDriverTest, UnknownPassNameListsThePasses) {
+  try {
+    makePass("fuse_everything");
+    FAIL() << "expected an error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("validate_meshes, propagate_shardings"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace mf

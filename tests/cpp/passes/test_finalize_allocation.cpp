@@ -1,0 +1,40 @@
+// Text tests of the finalize_allocation pass: each case is IR in, IR out (or the user error it raises).
+// Regenerate an expected text with: build/dev/mf_opt finalize_allocation case.ir
+#include "pass_text_test.h"
+
+namespace mf {
+namespace {
+
+// Sharded tensors allocate their logical axes with the device split applied; replicated
+// ones keep the default.
+TEST(FinalizeAllocation, ShardedTensorsGetDeviceSplitAllocation) {
+  expectPass("finalize_allocation", R"IR(Fusion {
+  input T0_float[i0{4}, i1{6}] mesh=[0 1]
+    OuterSplit(i1{6}, factor 2) -> iDIDx4{2}, i5{3}
+    loop: [i0{4}, iDIDx4{2}, i5{3}]
+  input T1_float[i2{6}] mesh=[0 1]
+  T3 = add(T0, T1)
+    T3_float[i6{4}, i7{6}] mesh=[0 1]
+    OuterSplit(i7{6}, factor 2) -> iDIDx8{2}, i9{3}
+    loop: [i6{4}, iDIDx8{2}, i9{3}]
+  outputs: T3
+}
+)IR",
+             R"IR(Fusion {
+  input T0_float[i0{4}, i1{6}] mesh=[0 1]
+    OuterSplit(i1{6}, factor 2) -> iDIDx4{2}, i5{3}
+    loop: [i0{4}, iDIDx4{2}, i5{3}]
+    allocation: [i0{4}, iDIDx4{2}, i5{3}]
+  input T1_float[i2{6}] mesh=[0 1]
+  T3 = add(T0, T1)
+    T3_float[i6{4}, i7{6}] mesh=[0 1]
+    OuterSplit(i7{6}, factor 2) -> iDIDx8{2}, i9{3}
+    loop: [i6{4}, iDIDx8{2}, i9{3}]
+    allocation: [i6{4}, iDIDx8{2}, i9{3}]
+  outputs: T3
+}
+)IR");
+}
+
+}  // namespace
+}  // namespace mf

@@ -1,0 +1,127 @@
+// Text tests of the propagate_shardings pass: each case is IR in, IR out (or the user error it raises).
+// Regenerate an expected text with: build/dev/mf_opt propagate_shardings case.ir
+#include "pass_text_test.h"
+
+namespace mf {
+namespace {
+
+// Forward: relu and sum take the input's sharding of axis 0.
+TEST(PropagateShardings, ForwardThroughPointwiseAndReduction) {
+  expectPass("propagate_shardings", R"IR(Fusion {
+  input T0_float[i0{4}, i1{6}] mesh=[0 1]
+    OuterSplit(i0{4}, factor 2) -> iDIDx6{2}, i7{2}
+    loop: [iDIDx6{2}, i7{2}, i1{6}]
+  T1 = relu(T0)
+    T1_float[i2{4}, i3{6}]
+  T2 = sum(T1, dims=[1])
+    T2_float[i4{4}, r5{6}]
+  outputs: T2
+}
+)IR",
+             R"IR(Fusion {
+  input T0_float[i0{4}, i1{6}] mesh=[0 1]
+    OuterSplit(i0{4}, factor 2) -> iDIDx6{2}, i7{2}
+    loop: [iDIDx6{2}, i7{2}, i1{6}]
+  T1 = relu(T0)
+    T1_float[i2{4}, i3{6}] mesh=[0 1]
+    OuterSplit(i2{4}, factor 2) -> iDIDx8{2}, i9{2}
+    loop: [iDIDx8{2}, i9{2}, i3{6}]
+  T2 = sum(T1, dims=[1])
+    T2_float[i4{4}, r5{6}] mesh=[0 1]
+    OuterSplit(i4{4}, factor 2) -> iDIDx10{2}, i11{2}
+    loop: [iDIDx10{2}, i11{2}, r5{6}]
+  outputs: T2
+}
+)IR");
+}
+
+// linear prefers its weight: out_features sharded, the replicated input stays replicated.
+TEST(PropagateShardings, LinearTakesTheWeightsSharding) {
+  expectPass("propagate_shardings", R"IR(Fusion {
+  input T0_bfloat16[i0{s0}, i1{8}] mesh=[0 1]
+  input T1_bfloat16[i2{6}, i3{8}] mesh=[0 1]
+    OuterSplit(i2{6}, factor 2) -> iDIDx7{2}, i8{3}
+    loop: [iDIDx7{2}, i8{3}, i3{8}]
+  T2 = linear(T0, T1)
+    T2_bfloat16[i4{s0}, i5{6}, r6{8}]
+  outputs: T2
+}
+)IR",
+             R"IR(Fusion {
+  input T0_bfloat16[i0{s0}, i1{8}] mesh=[0 1]
+  input T1_bfloat16[i2{6}, i3{8}] mesh=[0 1]
+    OuterSplit(i2{6}, factor 2) -> iDIDx7{2}, i8{3}
+    loop: [iDIDx7{2}, i8{3}, i3{8}]
+  T2 = linear(T0, T1)
+    T2_bfloat16[i4{s0}, i5{6}, r6{8}] mesh=[0 1]
+    OuterSplit(i5{6}, factor 2) -> iDIDx9{2}, i10{3}
+    loop: [i4{s0}, iDIDx9{2}, i10{3}, r6{8}]
+  outputs: T2
+}
+)IR");
+}
+
+// Backward: an unannotated intermediate takes its consumer's sharding; fusion inputs keep theirs.
+TEST(PropagateShardings, BackwardFromAnnotatedOutput) {
+  expectPass("propagate_shardings", R"IR(Fusion {
+  input T0_float[i0{4}, i1{6}] mesh=[0 1]
+  T1 = neg(T0)
+    T1_float[i2{4}, i3{6}]
+  T2 = exp(T1)
+    T2_float[i4{4}, i5{6}] mesh=[0 1]
+    OuterSplit(i5{6}, factor 2) -> iDIDx6{2}, i7{3}
+    loop: [i4{4}, iDIDx6{2}, i7{3}]
+  outputs: T2
+}
+)IR",
+             R"IR(Fusion {
+  input T0_float[i0{4}, i1{6}] mesh=[0 1]
+  T1 = neg(T0)
+    T1_float[i2{4}, i3{6}] mesh=[0 1]
+    OuterSplit(i3{6}, factor 2) -> iDIDx8{2}, i9{3}
+    loop: [i2{4}, iDIDx8{2}, i9{3}]
+  T2 = exp(T1)
+    T2_float[i4{4}, i5{6}] mesh=[0 1]
+    OuterSplit(i5{6}, factor 2) -> iDIDx6{2}, i7{3}
+    loop: [i4{4}, iDIDx6{2}, i7{3}]
+  outputs: T2
+}
+)IR");
+}
+
+// A logical device axis propagates as a logical device axis (broadcast_in_dim keeps it).
+TEST(PropagateShardings, WholeAxisDeviceSplitPropagates) {
+  expectPass("propagate_shardings", R"IR(Fusion {
+  input T0_float[iDIDx0{2}, i1{6}] mesh=[0 1]
+  T1 = broadcast_in_dim(T0, shape=[2, 3, 6], broadcast_dims=[0, 2])
+    T1_float[i2{2}, b3{3}, i4{6}]
+  outputs: T1
+}
+)IR",
+             R"IR(Fusion {
+  input T0_float[iDIDx0{2}, i1{6}] mesh=[0 1]
+  T1 = broadcast_in_dim(T0, shape=[2, 3, 6], broadcast_dims=[0, 2])
+    T1_float[iDIDx2{2}, b3{3}, i4{6}] mesh=[0 1]
+  outputs: T1
+}
+)IR");
+}
+
+// An axis whose extent does not divide by the mesh size cannot take the sharding.
+TEST(PropagateShardings, RefusesIndivisibleExtent) {
+  expectPassError("propagate_shardings", R"IR(Fusion {
+  input T0_float[i0{4}, i1{6}] mesh=[0 1 2]
+  T1 = neg(T0)
+    T1_float[i2{4}, i3{6}]
+  T2 = exp(T1)
+    T2_float[i4{4}, i5{6}] mesh=[0 1 2]
+    OuterSplit(i4{4}, factor 3) -> iDIDx6{3}, i7{2}
+    loop: [iDIDx6{3}, i7{2}, i5{6}]
+  outputs: T2
+}
+)IR",
+                  "whose extent 4 is not divisible by the 3 devices along DIDx");
+}
+
+}  // namespace
+}  // namespace mf

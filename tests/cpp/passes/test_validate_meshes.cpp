@@ -1,0 +1,72 @@
+// Text tests of the validate_meshes pass: each case is IR in, IR out (or the user error it raises).
+// Regenerate an expected text with: build/dev/mf_opt validate_meshes case.ir
+#include "pass_text_test.h"
+
+namespace mf {
+namespace {
+
+// Inputs with meshes pass through unchanged (intermediates need none yet).
+TEST(ValidateMeshes, AcceptsAMeshOnEveryInput) {
+  expectPass("validate_meshes", R"IR(Fusion {
+  input T0_float[i0{4}, i1{6}] mesh=[0 1]
+    OuterSplit(i0{4}, factor 2) -> iDIDx2{2}, i3{2}
+    loop: [iDIDx2{2}, i3{2}, i1{6}]
+  T1 = relu(T0)
+    T1_float[i4{4}, i5{6}]
+  outputs: T1
+}
+)IR",
+             R"IR(Fusion {
+  input T0_float[i0{4}, i1{6}] mesh=[0 1]
+    OuterSplit(i0{4}, factor 2) -> iDIDx2{2}, i3{2}
+    loop: [iDIDx2{2}, i3{2}, i1{6}]
+  T1 = relu(T0)
+    T1_float[i4{4}, i5{6}]
+  outputs: T1
+}
+)IR");
+}
+
+// Every input of a multi-device fusion needs a mesh.
+TEST(ValidateMeshes, RefusesAnInputWithoutMesh) {
+  expectPassError("validate_meshes", R"IR(Fusion {
+  input T0_float[i0{4}] mesh=[0 1]
+  input T1_float[i1{4}]
+  T2 = add(T0, T1)
+    T2_float[i2{4}]
+  outputs: T2
+}
+)IR",
+                  "fusion input T1 has no device mesh while T0 has mesh [0 1]");
+}
+
+// A stream-parallel loop is not honoured yet, so it is refused rather than ignored.
+TEST(ValidateMeshes, RefusesStreamParallelAxes) {
+  expectPassError("validate_meshes", R"IR(Fusion {
+  input T0_float[i0{4}, i1{6}] mesh=[0 1]
+    OuterSplit(i0{4}, factor 2) -> iStream2{2}, i3{2}
+    loop: [iStream2{2}, i3{2}, i1{6}]
+  T1 = relu(T0)
+    T1_float[i4{4}, i5{6}]
+  outputs: T1
+}
+)IR",
+                  "parallelized on ParallelType.stream");
+}
+
+// A device-parallel axis needs a mesh (the verifier says so before the pass runs).
+TEST(ValidateMeshes, RefusesDeviceAxisWithoutMesh) {
+  expectPassError("validate_meshes", R"IR(Fusion {
+  input T0_float[i0{4}, i1{6}]
+    OuterSplit(i0{4}, factor 2) -> iDIDx2{2}, i3{2}
+    loop: [iDIDx2{2}, i3{2}, i1{6}]
+  T1 = relu(T0)
+    T1_float[i4{4}, i5{6}]
+  outputs: T1
+}
+)IR",
+                  "is parallelized on DIDx but the tensor has no device mesh");
+}
+
+}  // namespace
+}  // namespace mf
