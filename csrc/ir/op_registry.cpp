@@ -82,6 +82,7 @@ std::vector<OpInfo> buildTable() {
   t.push_back(unary(OpType::Sigmoid, "sigmoid", D::FloatIfIntegral, "aten::sigmoid", "mf_sigmoid({0})"));
   t.push_back(unary(OpType::Sqrt, "sqrt", D::FloatIfIntegral, "aten::sqrt", "sqrtf({0})"));
   t.push_back(unary(OpType::Reciprocal, "reciprocal", D::FloatIfIntegral, "aten::reciprocal", "1.0f / {0}"));
+  t.push_back(unary(OpType::Silu, "silu", D::FloatIfIntegral, "aten::silu", "{0} / (1.0f + expf(-{0}))"));
   OpInfo cast = unary(OpType::Cast, "cast", D::Attribute, "aten::to.dtype", "{0}");
   cast.attrs = kAttrDtype;
   cast.aten_args = AtenArgs::Dtype;

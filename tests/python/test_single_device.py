@@ -40,6 +40,7 @@ UNARY = {
     "sigmoid": (torch.sigmoid, False),
     "sqrt": (torch.sqrt, True),
     "reciprocal": (torch.reciprocal, False),
+    "silu": (F.silu, False),
 }
 
 

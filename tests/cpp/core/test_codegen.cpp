@@ -325,6 +325,15 @@ TEST(CodegenTest, GoldenAddRelu) {
   EXPECT_EQ(k->launch.grid_x, 1);
 }
 
+TEST(CodegenTest, SiluIsOneFloatExpression) {
+  auto k = gen(makeCase("silu", [](Fusion& f) {
+    TensorView* x = defineTensor(f, {4, 8}, DataType::BFloat16);
+    f.addOutput(unaryOp(OpType::Silu, x));
+  }, {arg(DataType::BFloat16, {4, 8})}));
+  ASSERT_TRUE(k.has_value());
+  EXPECT_TRUE(contains(k->source, "const float t1 = t0 / (1.0f + expf(-t0));  // T1 = silu(T0)")) << k->source;
+}
+
 TEST(CodegenTest, VectorizedBiasGelu) {
   auto k = gen(biasGeluBf16());
   ASSERT_TRUE(k.has_value());
