@@ -109,15 +109,11 @@ void bindRuntime(py::module& m) {
       .def(py::init<std::shared_ptr<Fusion>>())
       .def("execute", &FusionHandle::execute)
       .def("cuda_kernels", &FusionHandle::cudaKernels)
-      .def("host_program", [](const FusionHandle& h) { return h.last().hostProgram().toString(); })
+      .def("host_program", [](const FusionHandle& h) { return h.last().hostProgramText(); })
       .def("compiled_fusion", [](const FusionHandle& h) { return printFusion(h.last().compiledFusion()); })
       .def("output_shardings", &FusionHandle::outputShardings)
       .def("num_executors", [](FusionHandle& h) { return h.cache().numExecutors(); })
-      .def("scheduler_names", [](const FusionHandle& h) {
-        std::vector<std::string> names;
-        for (const auto& s : h.last().hostProgram().segments()) names.push_back(s.scheduler);
-        return names;
-      });
+      .def("scheduler_names", [](const FusionHandle& h) { return h.last().segmentSchedulers(); });
   m.def("clear_caches", [] { globalCaches().clear(); });
   m.def("num_cached_definitions", [] { return globalCaches().size(); });
   m.def("reload_options", &reloadOptions);

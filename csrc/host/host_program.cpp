@@ -38,6 +38,8 @@ std::string Communication::toString() const {
   if (out_axis >= 0) ss << " out_axis=" << out_axis;
   if (reduced_axis >= 0) ss << " reduced_axis=" << reduced_axis << " op=" << mf::toString(reduce_op);
   for (auto [s, r] : pairs) ss << " " << s << "->" << r;
+  std::string l = layout.toString();
+  if (!l.empty()) ss << " layout: " << l;
   return ss.str();
 }
 
@@ -47,14 +49,15 @@ std::string Segment::toString() const {
   return s;
 }
 
-std::string HostProgram::toString() const {
+std::string HostProgram::toString(const std::vector<std::string>& schedulers) const {
   std::ostringstream ss;
   ss << "HostProgram (rank " << rank_ << ") {\n";
   for (const HostInstruction& inst : instructions_) {
     switch (inst.kind) {
       case HostInstruction::Kind::RunSegment:
-        ss << "  run segment " << inst.index << " (" << segments_[inst.index].scheduler
-           << "): " << segments_[inst.index].toString() << "\n";
+        ss << "  run segment " << inst.index;
+        if (static_cast<size_t>(inst.index) < schedulers.size()) ss << " (" << schedulers[inst.index] << ")";
+        ss << ": " << segments_[inst.index].toString() << "\n";
         break;
       case HostInstruction::Kind::PostCommunication:
         ss << "  post " << inst.index << ": " << communications_[inst.index].toString() << "\n";

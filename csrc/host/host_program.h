@@ -14,6 +14,17 @@ namespace mf {
 enum class CommunicationType { Allgather, ReduceScatter, Allreduce, LocalSlice, AllToAll, Broadcast, Gather, Scatter, SendRecv };
 const char* toString(CommunicationType t);
 
+// How a communication's buffers are laid out around the c10d primitive: decided at lowering
+// (communication_layout.cpp) and printed; the runtime only carries it out.
+struct CommunicationLayout {
+  int64_t drop_axis = -1;         // the partials' device axis (local extent 1), removed before sending
+  int64_t send_blocks_axis = -1;  // send the input cut into team-size blocks along this axis, blocks first
+  int64_t recv_merge_axis = -1;   // the received [team, ...] blocks concatenate along this axis
+  int64_t slice_axis = -1;        // keep this rank's block along this axis (no data moves)
+  bool send_copies = false;       // the send layout needs a copy (the blocks are not already outermost)
+  std::string toString() const;
+};
+
 struct Communication {
   CommunicationType type = CommunicationType::Allgather;
   TensorView* input = nullptr;
@@ -27,12 +38,12 @@ struct Communication {
   int64_t reduced_axis = -1;  // input runtime axis holding the per-device partials (reductions)
   // For SendRecv: pairs (sender, receiver).
   std::vector<std::pair<int64_t, int64_t>> pairs;
+  CommunicationLayout layout;
   std::string toString() const;
 };
 
 struct Segment {
   std::vector<Expr*> exprs;
-  std::string scheduler = "expr_eval";  // "pointwise"/"reduction" when a generated kernel runs it
   std::string toString() const;
 };
 
@@ -57,7 +68,9 @@ class HostProgram {
   // Every team any rank uses, in the same order on all ranks (c10d groups are created from it).
   std::vector<std::vector<int64_t>>& teams() { return teams_; }
   const std::vector<std::vector<int64_t>>& teams() const { return teams_; }
-  std::string toString() const;
+  // `schedulers`, when given, names what runs each segment ("expr_eval", "pointwise", ...): the
+  // runtime's choice, shown beside the compiled program without being written into it.
+  std::string toString(const std::vector<std::string>& schedulers = {}) const;
 
  private:
   std::unique_ptr<Fusion> fusion_;
@@ -67,6 +80,9 @@ class HostProgram {
   std::vector<HostInstruction> instructions_;
   std::vector<std::vector<int64_t>> teams_;
 };
+
+// Decides every communication's buffer layout (see CommunicationLayout).
+void planCommunicationLayouts(HostProgram& hp);
 
 // Lowers a fusion that went through the pass pipeline into `rank`'s host program.
 std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, int64_t rank);

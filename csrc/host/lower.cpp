@@ -214,6 +214,7 @@ std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, 
     for (TensorView* tv : dead) with_frees.push_back({HostInstruction::Kind::Deallocate, -1, tv});
   }
   insts = with_frees;
+  planCommunicationLayouts(*hp);
   return hp;
 }
 

@@ -58,6 +58,24 @@ int64_t shardedAxis(const TensorView* tv, ParallelType pt) {
 std::vector<int64_t> shardsPerAxis(const TensorView* tv) {
   std::vector<int64_t> shards(tv->logicalNoReductions().size(), 1);
   if (!tv->hasMesh()) return shards;
+  if (tv->hasAllocation()) {
+    // The allocation domain finalize_allocation wrote: each device axis in it divides the logical
+    // axis it came from (or is that axis, for a logical split).
+    auto logical = tv->logicalNoReductions();
+    for (const IterDomain* id : tv->allocation()) {
+      if (!id->isDeviceDim() || id->isReduction()) continue;
+      const IterDomain* source = id;
+      if (std::find(logical.begin(), logical.end(), id) == logical.end()) {
+        MF_CHECK(id->definition() != nullptr && id->definition()->kind() == IdTransform::Kind::Split, tv->toString(),
+                 ": allocation axis ", id->toString(), " is not a split of a logical axis");
+        source = id->definition()->inputs()[0];
+      }
+      auto it = std::find(logical.begin(), logical.end(), source);
+      MF_CHECK(it != logical.end(), tv->toString(), ": allocation axis ", id->toString(), " does not come from a logical axis");
+      shards[it - logical.begin()] *= tv->mesh().size(id->parallelType());
+    }
+    return shards;
+  }
   for (ParallelType pt : kDeviceParallelTypes) {
     if (shardedLoopId(tv, pt) == nullptr) continue;
     DeviceSplit s = deviceSplit(tv, pt);

@@ -34,6 +34,8 @@ DeviceSplit deviceSplit(const TensorView* tv, ParallelType pt, bool to_root = fa
 // The runtime-tensor axis sharded on pt, or -1 when replicated along pt.
 int64_t shardedAxis(const TensorView* tv, ParallelType pt);
 // Per runtime-tensor axis: the number of shards (1 when not sharded). Local = global / shards.
+// Read from the allocation domain when the tensor has one (finalize_allocation writes it for every
+// sharded tensor, so that is what sizes the runtime's buffers), else from the loop domain.
 std::vector<int64_t> shardsPerAxis(const TensorView* tv);
 // Local extents from global ones (the runtime tensor shape on a device of the mesh).
 std::vector<int64_t> localShape(const TensorView* tv, const std::vector<int64_t>& global_shape);

@@ -2,7 +2,8 @@
 // Requires: decompose_reshardings ran.
 // Guarantees: every sharded tensor's allocation domain is its logical domain in logical order with
 //   each device split applied (the DID part, local size 1, just before the local part). Tensors
-//   without device splits keep what they had. The runtime sizes buffers from these (local extents).
+//   without device splits keep what they had. The runtime sizes its buffers from these
+//   (shardsPerAxis reads the allocation domain), and lays them out in logical order.
 #include <algorithm>
 
 #include "multidevice/sharding.h"

@@ -102,6 +102,17 @@ std::string FusionExecutor::validate(const std::vector<RuntimeValue>& inputs, Ex
   return "";
 }
 
+std::string FusionExecutor::schedulerOf(int64_t segment) const {
+  size_t i = static_cast<size_t>(segment);
+  return i < kernels_.size() && kernels_[i].kernel ? kernels_[i].kernel->scheduler : "expr_eval";
+}
+
+std::vector<std::string> FusionExecutor::segmentSchedulers() const {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < program_->segments().size(); ++i) names.push_back(schedulerOf(static_cast<int64_t>(i)));
+  return names;
+}
+
 std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inputs) {
   const Fusion& f = program_->fusion();
   Communicator& comm = Communicator::instance();
@@ -150,10 +161,9 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
   for (const HostInstruction& inst : program_->instructions()) {
     switch (inst.kind) {
       case HostInstruction::Kind::RunSegment: {
-        const Segment& seg = program_->segments()[inst.index];
         RECORD_FUNCTION("meshfuser::segment", std::vector<c10::IValue>());
         runSegment(inst.index, values, scalars, bindings, use_kernels);
-        if (profile) profile->kernels().push_back({"segment " + std::to_string(inst.index), seg.scheduler});
+        if (profile) profile->kernels().push_back({"segment " + std::to_string(inst.index), schedulerOf(inst.index)});
         break;
       }
       case HostInstruction::Kind::PostCommunication: {
@@ -240,7 +250,6 @@ FusionExecutor::SegmentKernel& FusionExecutor::segmentKernel(int64_t index,
   std::string why_not;
   sk.kernel = generateKernel(sk.segment, sk.args, options, &why_not);
   if (sk.kernel) {
-    program_->segments()[index].scheduler = sk.kernel->scheduler;
     if (isDumpEnabled(DumpOption::CudaKernel)) std::cout << sk.kernel->source << std::endl;
   } else if (isDumpEnabled(DumpOption::Fallback)) {
     std::cout << "meshfuser: segment " << index << " runs on the ATen evaluator: " << why_not << std::endl;

@@ -25,6 +25,10 @@ class FusionExecutor {
   FusionExecutor(const Fusion& fusion, int64_t rank);
   std::vector<at::Tensor> run(const std::vector<RuntimeValue>& inputs);
   const HostProgram& hostProgram() const { return *program_; }
+  // What runs each segment on the last call: "expr_eval" (ATen) or a generated kernel's scheduler.
+  std::vector<std::string> segmentSchedulers() const;
+  // The host program with those scheduler names.
+  std::string hostProgramText() const { return program_->toString(segmentSchedulers()); }
   const Fusion& compiledFusion() const { return program_->fusion(); }
   // CUDA source of every kernel the GPU path generates for these inputs (any device, meta too).
   std::vector<std::string> generatedKernels(const std::vector<RuntimeValue>& inputs);
@@ -48,6 +52,7 @@ class FusionExecutor {
   void runSegment(int64_t index, std::unordered_map<const Val*, at::Tensor>& values,
                   const std::unordered_map<const Val*, c10::Scalar>& scalars, const ExtentBindings& bindings,
                   bool allow_kernels);
+  std::string schedulerOf(int64_t segment) const;
   SegmentKernel& segmentKernel(int64_t index, const std::unordered_map<const Val*, at::Tensor>& values);
   bool tryRunKernel(int64_t index, std::unordered_map<const Val*, at::Tensor>& values,
                     const std::unordered_map<const Val*, c10::Scalar>& scalars);

@@ -1,6 +1,6 @@
-// Runs one lowered Communication on local tensors: lays buffers out as the c10d primitive needs
-// (the split axis outermost and contiguous; a copy only when it is not already), posts it, and
-// registers the local reshuffle that finishes it after the wait.
+// Runs one lowered Communication on local tensors: lays buffers out as its CommunicationLayout says
+// (decided at lowering, see host/communication_layout.cpp), posts it, and registers the local
+// reshuffle that finishes it after the wait.
 #include "multidevice/communicator.h"
 #include "multidevice/sharding.h"
 #include "runtime/executor.h"
@@ -8,11 +8,6 @@
 
 namespace mf {
 namespace {
-
-// t with `axis` moved to the front, contiguous; no copy when everything before `axis` has size 1.
-at::Tensor axisOutermost(const at::Tensor& t, int64_t axis) {
-  return t.movedim(axis, 0).contiguous();
-}
 
 // Splits `axis` of t into [n, extent/n] and moves the n part to the front: chunk i = i-th block.
 at::Tensor blocksOutermost(const at::Tensor& t, int64_t axis, int64_t n) {
@@ -61,8 +56,8 @@ void FusionExecutor::runCommunication(const Communication& c, std::unordered_map
     case CommunicationType::LocalSlice: {
       at::Tensor x = input();
       int64_t me = Communicator::indexIn(c.team, rank);
-      int64_t len = x.size(c.out_axis) / n;
-      at::Tensor slice = x.narrow(c.out_axis, me * len, len);
+      int64_t len = x.size(c.layout.slice_axis) / n;
+      at::Tensor slice = x.narrow(c.layout.slice_axis, me * len, len);
       finish([slice] { return slice; });
       return;
     }
@@ -76,13 +71,13 @@ void FusionExecutor::runCommunication(const Communication& c, std::unordered_map
       buf_shape.insert(buf_shape.begin(), n);
       at::Tensor buf = at::empty(buf_shape, x.options());
       work = comm.allgather(c.team, buf, x);
-      int64_t axis = c.out_axis;
+      int64_t axis = c.layout.recv_merge_axis;
       finish([buf, axis] { return mergeBlocks(buf, axis); });
       return;
     }
     case CommunicationType::ReduceScatter: {
-      at::Tensor x = input().squeeze(c.reduced_axis);
-      at::Tensor send = blocksOutermost(x, c.out_axis, n);
+      at::Tensor x = input().squeeze(c.layout.drop_axis);
+      at::Tensor send = blocksOutermost(x, c.layout.send_blocks_axis, n);
       std::vector<int64_t> out_shape(send.sizes().begin() + 1, send.sizes().end());
       at::Tensor buf = at::empty(out_shape, x.options());
       if (solo) {
@@ -95,7 +90,7 @@ void FusionExecutor::runCommunication(const Communication& c, std::unordered_map
       return;
     }
     case CommunicationType::Allreduce: {
-      at::Tensor x = input().squeeze(c.reduced_axis);
+      at::Tensor x = input().squeeze(c.layout.drop_axis);
       // Reduce in place into a buffer of our own: the partial may be read elsewhere.
       const Fusion& f = program_->fusion();
       bool shared = c.input->uses().size() > 1 || f.isInput(c.input) || f.isOutput(c.input);
@@ -106,13 +101,13 @@ void FusionExecutor::runCommunication(const Communication& c, std::unordered_map
     }
     case CommunicationType::AllToAll: {
       at::Tensor x = input();
-      at::Tensor send = blocksOutermost(x, c.out_axis, n);
+      at::Tensor send = blocksOutermost(x, c.layout.send_blocks_axis, n);
       at::Tensor recv = at::empty_like(send);
       if (!solo) work = comm.allToAll(c.team, recv, send);
       else recv.copy_(send);
       // recv[j] is team member j's block of our out_axis slice; member j held block j of in_axis.
-      int64_t in_axis = c.in_axis;
-      finish([recv, in_axis] { return mergeBlocks(recv, in_axis); });
+      int64_t merge_axis = c.layout.recv_merge_axis;
+      finish([recv, merge_axis] { return mergeBlocks(recv, merge_axis); });
       return;
     }
     case CommunicationType::Broadcast: {
@@ -163,8 +158,8 @@ void FusionExecutor::runPointToPoint(const Communication& c, std::unordered_map<
       at::Tensor x = mine();
       if (c.type != CommunicationType::Scatter) return x.contiguous();
       int64_t block = c.output->mesh().linearIndexOf(receiver);
-      int64_t len = x.size(c.out_axis) / n_receivers;
-      return x.narrow(c.out_axis, block * len, len).contiguous();
+      int64_t len = x.size(c.layout.slice_axis) / n_receivers;
+      return x.narrow(c.layout.slice_axis, block * len, len).contiguous();
     };
     if (sender == receiver) {
       pieces[i] = outgoing();
@@ -187,7 +182,7 @@ void FusionExecutor::runPointToPoint(const Communication& c, std::unordered_map<
   for (size_t i = 0; i < c.pairs.size(); ++i) {
     if (c.pairs[i].second == rank) received.push_back(pieces[i]);
   }
-  int64_t axis = c.out_axis;
+  int64_t axis = c.layout.recv_merge_axis;
   bool gather = c.type == CommunicationType::Gather;
   pending_finish_[c.output] = [received, axis, gather, keep_alive] {
     return gather ? at::cat(received, axis) : received.at(0);

@@ -60,8 +60,8 @@ TEST(PassesTest, SeedLinearReduceScatterDecomposes) {
   auto hp = lowerToHostProgram(std::move(f), 1);
   EXPECT_EQ(hp->toString(),
             "HostProgram (rank 1) {\n"
-            "  run segment 0 (expr_eval): T3 = linear(T0, T1)\n"
-            "  post 0: ReduceScatter T2 <- T3 on DIDx team=[0 1] out_axis=1 reduced_axis=3 op=sum\n"
+            "  run segment 0: T3 = linear(T0, T1)\n"
+            "  post 0: ReduceScatter T2 <- T3 on DIDx team=[0 1] out_axis=1 reduced_axis=3 op=sum layout: drop(3) send=blocks(1, copy)\n"
             "  wait 0\n"
             "  deallocate T3\n"
             "  outputs: T2\n"
@@ -104,6 +104,30 @@ TEST(LoweringTest, SetTable) {
     EXPECT_EQ(toString(hp->communications()[0].type), std::string(c.expected_comm)) << c.name;
     EXPECT_EQ(hp->communications()[0].team, (std::vector<int64_t>{0, 1, 2})) << c.name;
   }
+}
+
+// The buffer layout of each communication is decided at lowering and printed.
+TEST(LoweringTest, CommunicationLayoutIsPlannedAndPrinted) {
+  auto lowered = [](int64_t in_axis, int64_t out_axis, int64_t rows) {
+    auto f = std::make_unique<Fusion>();
+    DeviceMesh mesh({0, 1, 2});
+    TensorView* in = defineTensor(*f, {rows, 9}, DataType::Float);
+    TensorView* out = unaryOp(OpType::Set, in);
+    f->addOutput(out);
+    in->setDeviceMesh(mesh);
+    out->setDeviceMesh(mesh);
+    for (auto [tv, axis] : {std::make_pair(in, in_axis), std::make_pair(out, out_axis)}) {
+      if (axis < 0) continue;
+      tv->split(axis, 3, false);
+      tv->parallelize(axis, ParallelType::DIDx);
+    }
+    runPipeline(*f);
+    return lowerToHostProgram(std::move(f), 0)->communications().at(0).layout.toString();
+  };
+  EXPECT_EQ(lowered(0, -1, 6), "recv=merge(0)");                 // Allgather
+  EXPECT_EQ(lowered(-1, 1, 6), "slice(1)");                      // LocalSlice
+  EXPECT_EQ(lowered(0, 1, 6), "send=blocks(1, copy) recv=merge(0)");  // AllToAll: rows stay outside
+  EXPECT_EQ(lowered(0, 1, 3), "send=blocks(1, view) recv=merge(0)");  // one local row: no copy
 }
 
 TEST(LoweringTest, TwoDimensionalMeshUsesRowOrColumnTeams) {
