@@ -59,7 +59,7 @@ class FusionHandle {
         rv.is_tensor = false;
         rv.scalar = a.cast<double>();
       } else {
-        MF_USER_ARG_CHECK(false, "execute: input ", inputs.size(), " is a ", std::string(py::str(a.get_type())),
+        MF_USER_ARG_CHECK(false, "execute: input ", inputs.size(), " is a ", std::string(py::str(py::type::handle_of(a))),
                           "; expected a torch.Tensor or a Python number");
       }
       inputs.push_back(std::move(rv));

@@ -197,7 +197,8 @@ TensorView* broadcastInDim(TensorView* x, const std::vector<int64_t>& shape, con
                       " is out of range for an output of rank ", shape.size());
     MF_USER_ARG_CHECK(i == 0 || bdims[i] > bdims[i - 1], "broadcast_in_dim: broadcast_dims must be increasing");
     const IterDomain* id = in_ids[i];
-    bool expand = id->isBroadcast() && shape[o] != 1;
+    // -1 keeps the input's extent (keepdim passes -1 for every kept axis, broadcast ones too).
+    bool expand = id->isBroadcast() && shape[o] != 1 && shape[o] != -1;
     MF_USER_ARG_CHECK(expand || shape[o] == -1 || !id->extent().isConst() || id->extent().value == shape[o],
                       "broadcast_in_dim: input axis ", i, " of ", x->toString(), " has extent ", id->extent().toString(),
                       " but output axis ", o, " asks for ", shape[o]);

@@ -223,6 +223,13 @@ def test_reduction(op, dims, keepdim, dtype):
     _check(out, [REDUCTIONS[op](x, dims, keepdim)])
 
 
+def test_sum_keepdim_next_to_a_broadcast_axis():
+    # x is defined [-1, 1]: its second axis is a broadcast axis that keepdim keeps as it is.
+    x = torch.randn(5, 1)
+    _, out = _run(lambda fd: fd.ops.sum(fd.define_tensor([-1, 1]), [0], keepdim=True), [x])
+    _check(out, [x.sum(0, keepdim=True)])
+
+
 @pytest.mark.parametrize("keepdim", [False, True])
 def test_sum_bf16_to_float(keepdim):
     torch.manual_seed(0)
