@@ -52,7 +52,8 @@ void planCommunicationLayouts(HostProgram& hp) {
         l.send_blocks_axis = c.out_axis;
         l.send_copies = blocksNeedCopy(c.input, c.out_axis, c.reduced_axis);
         break;
-      case CommunicationType::Allreduce: l.drop_axis = c.reduced_axis; break;
+      case CommunicationType::Allreduce:
+      case CommunicationType::NoOp: l.drop_axis = c.reduced_axis; break;
       case CommunicationType::AllToAll:
         l.send_blocks_axis = c.out_axis;
         l.recv_merge_axis = c.in_axis;

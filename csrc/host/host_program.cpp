@@ -17,6 +17,7 @@ const char* toString(CommunicationType t) {
     case CommunicationType::Gather: return "Gather";
     case CommunicationType::Scatter: return "Scatter";
     case CommunicationType::SendRecv: return "SendRecv";
+    case CommunicationType::NoOp: return "NoOp";
   }
   MF_THROW_INTERNAL("bad CommunicationType");
 }

@@ -11,7 +11,9 @@
 
 namespace mf {
 
-enum class CommunicationType { Allgather, ReduceScatter, Allreduce, LocalSlice, AllToAll, Broadcast, Gather, Scatter, SendRecv };
+// NoOp: a collective on a one-device team; nothing is posted (the output is the input, with the
+// partials' device axis dropped for a reduction).
+enum class CommunicationType { Allgather, ReduceScatter, Allreduce, LocalSlice, AllToAll, Broadcast, Gather, Scatter, SendRecv, NoOp };
 const char* toString(CommunicationType t);
 
 // How a communication's buffers are laid out around the c10d primitive: decided at lowering

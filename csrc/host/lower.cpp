@@ -19,6 +19,7 @@ namespace mf {
 namespace {
 
 void addTeams(HostProgram& hp, const DeviceMesh& mesh, ParallelType pt) {
+  if (mesh.size(pt) == 1) return;  // one-device teams post nothing (NoOp)
   for (auto& team : mesh.allSlices(pt)) {
     if (std::find(hp.teams().begin(), hp.teams().end(), team) == hp.teams().end()) hp.teams().push_back(team);
   }
@@ -34,7 +35,22 @@ std::vector<int64_t> unionSorted(const std::vector<int64_t>& a, const std::vecto
   return {s.begin(), s.end()};
 }
 
+Communication lowerSameMeshOrMove(HostProgram& hp, Expr* e, int64_t rank);
+
+// A collective over a one-device team moves nothing: it becomes a NoOp (no post, no copy).
 Communication lowerResharding(HostProgram& hp, Expr* e, int64_t rank) {
+  Communication c = lowerSameMeshOrMove(hp, e, rank);
+  bool collective = c.type == CommunicationType::Allgather || c.type == CommunicationType::ReduceScatter ||
+                    c.type == CommunicationType::Allreduce || c.type == CommunicationType::AllToAll ||
+                    c.type == CommunicationType::LocalSlice;
+  if (collective && c.team.size() == 1) {
+    c.type = CommunicationType::NoOp;
+    c.in_axis = c.out_axis = -1;
+  }
+  return c;
+}
+
+Communication lowerSameMeshOrMove(HostProgram& hp, Expr* e, int64_t rank) {
   Communication c;
   c.input = static_cast<TensorView*>(e->input(0));
   c.output = e->out();

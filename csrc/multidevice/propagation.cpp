@@ -9,11 +9,13 @@
 
 namespace mf {
 
-bool shardAxis(TensorView* tv, int64_t axis, ParallelType pt, int64_t num_devices, bool whole_axis) {
-  for (IterDomain* id : tv->loop()) {
-    if (id->parallelType() == pt) return false;
-  }
+bool shardAxis(TensorView* tv, int64_t axis, ParallelType pt, int64_t num_devices, bool whole_axis,
+               bool beside_other_kind) {
   IterDomain* id = tv->rootOrLogical().at(axis);
+  for (IterDomain* other : tv->loop()) {
+    if (other->parallelType() != pt) continue;
+    if (!beside_other_kind || other->isReduction() == id->isReduction()) return false;
+  }
   auto it = std::find(tv->loop().begin(), tv->loop().end(), id);
   if (it == tv->loop().end()) return false;
   int64_t pos = it - tv->loop().begin();

@@ -11,7 +11,10 @@ namespace mf {
 // Shards tv's rootOrLogical axis `axis` on pt like `num_devices` / `whole_axis` describe: either
 // parallelizes the axis itself or outer-splits it and parallelizes the outer part. Returns false
 // (and changes nothing) when tv already uses pt or the axis is no longer a loop axis.
-bool shardAxis(TensorView* tv, int64_t axis, ParallelType pt, int64_t num_devices, bool whole_axis);
+// With `beside_other_kind`, an axis of the other kind (iteration vs reduction) already carrying pt
+// does not block it: a ReduceScatter's result is reduced over pt and sharded on pt at once.
+bool shardAxis(TensorView* tv, int64_t axis, ParallelType pt, int64_t num_devices, bool whole_axis,
+               bool beside_other_kind = false);
 
 // Copies the producer's (input `input_index` of e) shardings for `pts` onto e's output.
 // Sets the output's mesh from the producer when it has none.

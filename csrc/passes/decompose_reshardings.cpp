@@ -4,7 +4,9 @@
 //   device parallel type, or a single-axis reduction over a device axis (sum/max/min whose only
 //   reduction loop axis is a whole logical DID axis). To get there it
 //   1. moves the bias of a linear whose contraction is sharded after the reduction (so it is added
-//      once, not once per device);
+//      once, not once per device). The bias-free product keeps every device split of the result,
+//      the reduction's and the output's alike: with the output scattered on the sequence that is
+//      one ReduceScatter, and the bias is added to the scattered result;
 //   2. rfactors reductions with a device-parallel reduction split into a local partial op plus a
 //      reduction over the device axis (seed 001);
 //   3. inserts sets: after an op with one tensor input (the op runs on the input's sharding), before
@@ -56,21 +58,22 @@ void dropReductions(TensorView* tv) {
   tv->setAllocation({});
 }
 
-// Copies src's device shardings (reduction DIDs too) onto dst, which has src's logical layout.
+// Copies src's device shardings (reduction DIDs too, beside iteration DIDs of the same type) onto
+// dst, which has src's logical layout.
 void copyShardings(const TensorView* src, TensorView* dst) {
   for (IterDomain* id : src->loop()) {
     if (!id->isDeviceDim()) continue;
     const auto& logical = src->logical();
     auto pos = std::find(logical.begin(), logical.end(), id);
     if (pos != logical.end()) {
-      shardAxis(dst, pos - logical.begin(), id->parallelType(), src->mesh().size(id->parallelType()), true);
+      shardAxis(dst, pos - logical.begin(), id->parallelType(), src->mesh().size(id->parallelType()), true, true);
       continue;
     }
     IdTransform* t = id->definition();
     if (t == nullptr || t->kind() != IdTransform::Kind::Split) continue;
     auto in = std::find(logical.begin(), logical.end(), t->inputs()[0]);
     if (in == logical.end()) continue;
-    shardAxis(dst, in - logical.begin(), id->parallelType(), src->mesh().size(id->parallelType()), false);
+    shardAxis(dst, in - logical.begin(), id->parallelType(), src->mesh().size(id->parallelType()), false, true);
   }
 }
 

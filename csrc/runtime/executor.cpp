@@ -168,7 +168,7 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
       }
       case HostInstruction::Kind::PostCommunication: {
         const Communication& c = program_->communications()[inst.index];
-        if (profile) profile->kernels().push_back({c.toString(), "communication"});
+        if (profile && c.type != CommunicationType::NoOp) profile->kernels().push_back({c.toString(), "communication"});
         if (isDumpEnabled(DumpOption::Communication)) std::cout << "post " << c.toString() << std::endl;
         RECORD_FUNCTION("meshfuser::communication", std::vector<c10::IValue>());
         runCommunication(c, values, bindings, works[inst.index]);

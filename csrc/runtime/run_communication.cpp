@@ -53,6 +53,12 @@ void FusionExecutor::runCommunication(const Communication& c, std::unordered_map
   bool solo = n == 1 || !comm.initialized();
 
   switch (c.type) {
+    case CommunicationType::NoOp: {
+      at::Tensor x = input();
+      if (c.layout.drop_axis >= 0) x = x.squeeze(c.layout.drop_axis);
+      finish([x] { return x; });
+      return;
+    }
     case CommunicationType::LocalSlice: {
       at::Tensor x = input();
       int64_t me = Communicator::indexIn(c.team, rank);

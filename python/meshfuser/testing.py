@@ -53,3 +53,8 @@ def multidevice_test():
     torch.manual_seed(0)
     _C.clear_caches()
     return MultideviceTest()
+
+
+def communication_kinds(names):
+    """["Allreduce", ...] from profiler communication names ("Allreduce T2 <- T3 on DIDx ...")."""
+    return [name.split()[0] for name in names]

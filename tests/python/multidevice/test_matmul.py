@@ -3,6 +3,7 @@
 import torch
 
 import meshfuser
+from meshfuser.testing import communication_kinds
 from meshfuser import DeviceMesh, FusionDefinition, ParallelType
 
 RTOL, ATOL = 1.3e-6, 1e-4
@@ -69,7 +70,7 @@ def test_row_parallel_linear_with_bias(multidevice_test):
     torch.testing.assert_close(out_t.cpu(), expected, rtol=RTOL, atol=ATOL)
     assert fd.get_output_shardings()[0].axis_sharded_on(ParallelType.mesh_x) == -1
     comms = _communications(fd, inputs)
-    assert len(comms) == 1 and comms[0].startswith("Allreduce"), comms
+    assert communication_kinds(comms) == (["Allreduce"] if d > 1 else []), comms
 
 
 def test_row_parallel_matmul(multidevice_test):
@@ -90,7 +91,7 @@ def test_row_parallel_matmul(multidevice_test):
     torch.testing.assert_close(out_t.cpu(), ua @ ub, rtol=RTOL, atol=ATOL)
     comms = _communications(fd, inputs)
     if d > 1:
-        assert len(comms) == 1 and comms[0].startswith("Allreduce"), comms
+        assert communication_kinds(comms) == (["Allreduce"] if d > 1 else []), comms
 
 
 def test_megatron_mlp(multidevice_test):
@@ -122,7 +123,7 @@ def test_megatron_mlp(multidevice_test):
     torch.testing.assert_close(out_t.cpu(), expected, rtol=1e-5, atol=1e-4)
     assert fd.get_output_shardings()[0].axis_sharded_on(ParallelType.mesh_x) == -1
     comms = _communications(fd, inputs)
-    assert len(comms) == 1 and comms[0].startswith("Allreduce"), comms
+    assert communication_kinds(comms) == (["Allreduce"] if d > 1 else []), comms
 
 
 def test_megatron_mlp_propagated(multidevice_test):
@@ -151,7 +152,7 @@ def test_megatron_mlp_propagated(multidevice_test):
     expected = F.linear(F.gelu(F.linear(ux, uw1, ub1)), uw2)
     torch.testing.assert_close(out_t.cpu(), expected, rtol=1e-5, atol=1e-4)
     comms = _communications(fd, inputs)
-    assert len(comms) == 1 and comms[0].startswith("Allreduce"), comms
+    assert communication_kinds(comms) == (["Allreduce"] if d > 1 else []), comms
 
 
 def _row_parallel(d, mesh, scatter):
@@ -189,8 +190,8 @@ def test_same_ops_different_schedules(multidevice_test):
     # and back: the first program is still the first program
     (out_ar,) = allreduce.execute(inputs)
     torch.testing.assert_close(out_ar.cpu(), expected, rtol=RTOL, atol=ATOL)
-    assert allreduce.host_program() != scatter.host_program()
-    assert "Allreduce" in allreduce.host_program(), allreduce.host_program()
-    assert "ReduceScatter" in scatter.host_program(), scatter.host_program()
+    assert d == 1 or allreduce.host_program() != scatter.host_program()  # one device: both are a NoOp
+    assert ("Allreduce" if d > 1 else "NoOp") in allreduce.host_program(), allreduce.host_program()
+    assert ("ReduceScatter" if d > 1 else "NoOp") in scatter.host_program(), scatter.host_program()
     comms = _communications(scatter, inputs)
-    assert len(comms) == 1 and comms[0].startswith("ReduceScatter"), comms
+    assert communication_kinds(comms) == (["ReduceScatter"] if d > 1 else []), comms
