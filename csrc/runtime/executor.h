@@ -32,6 +32,11 @@ class FusionExecutor {
  private:
   // Checks inputs and binds symbolic extents. Returns an error message, empty when fine.
   std::string validate(const std::vector<RuntimeValue>& inputs, ExtentBindings& bindings) const;
+  // What only a real run needs: CPU or CUDA inputs, and even shards of every tensor (intermediates
+  // and outputs included) at the bound extents. Returns an error message, empty when fine.
+  std::string checkRunnable(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings) const;
+  // The part of run() after the ranks agreed on the call.
+  std::vector<at::Tensor> runAgreed(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings);
   void runCommunication(const Communication& c, std::unordered_map<const Val*, at::Tensor>& values,
                         const ExtentBindings& bindings, std::vector<c10::intrusive_ptr<c10d::Work>>& works);
   // Posts the point-to-point transfers of SendRecv / Gather / Scatter.
@@ -57,7 +62,6 @@ class FusionExecutor {
   // Local reshuffles that finish a communication once its data arrived (run at its Wait).
   std::unordered_map<const Val*, std::function<at::Tensor()>> pending_finish_;
   bool multi_rank_ = false;
-  bool validated_everywhere_ = false;
   uint64_t fingerprint_ = 0;  // of the definition and schedule, compared across ranks
   bool teams_created_ = false;
 };

@@ -61,6 +61,9 @@ void FusionExecutor::runCommunication(const Communication& c, std::unordered_map
     case CommunicationType::LocalSlice: {
       at::Tensor x = input();
       int64_t me = Communicator::indexIn(c.team, rank);
+      // Validation refuses uneven shards before anything runs; never drop rows silently.
+      MF_USER_CHECK(x.size(c.out_axis) % n == 0, "execute: ", c.output->toString(), " axis ", c.out_axis, ": extent ",
+                    x.size(c.out_axis), " does not split evenly over ", n, " devices; uneven sharding is not supported");
       int64_t len = x.size(c.out_axis) / n;
       at::Tensor slice = x.narrow(c.out_axis, me * len, len);
       finish([slice] { return slice; });
@@ -163,6 +166,9 @@ void FusionExecutor::runPointToPoint(const Communication& c, std::unordered_map<
       at::Tensor x = mine();
       if (c.type != CommunicationType::Scatter) return x.contiguous();
       int64_t block = c.output->mesh().linearIndexOf(receiver);
+      MF_USER_CHECK(x.size(c.out_axis) % n_receivers == 0, "execute: ", c.output->toString(), " axis ", c.out_axis,
+                    ": extent ", x.size(c.out_axis), " does not split evenly over ", n_receivers,
+                    " devices; uneven sharding is not supported");
       int64_t len = x.size(c.out_axis) / n_receivers;
       return x.narrow(c.out_axis, block * len, len).contiguous();
     };
