@@ -78,11 +78,28 @@ def _shutdown(created_here):
     GIL (a Gloo worker may need the GIL to free a Python-owned tensor while it is joined)."""
     import torch.distributed as dist
     global _world_group, _cpu_group
+    # meshfuser's own groups are destroyed here, while the interpreter is alive, unless the user
+    # destroyed every group already (a group left to static destruction after a timed-out
+    # operation aborted the process at exit).
+    if dist.is_initialized():
+        _destroy_own_groups(dist)
     _teams.clear()
     _world_group = _cpu_group = None
     _C._Communicator.instance().shutdown()
     if created_here and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def _destroy_own_groups(dist):
+    """In a function of its own: no local reference to a group outlives it (the last reference
+    must be the C++ one, dropped without the GIL)."""
+    for group in [_world_group, _cpu_group, *_teams.values()]:
+        if group is None or group is dist.group.WORLD or group == dist.GroupMember.NON_GROUP_MEMBER:
+            continue
+        try:
+            dist.destroy_process_group(group)
+        except (RuntimeError, ValueError, KeyError):
+            pass  # already destroyed
 
 
 def _free_port():
