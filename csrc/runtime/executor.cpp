@@ -422,6 +422,12 @@ FusionExecutor& FusionExecutorCache::executorFor(const std::vector<RuntimeValue>
   return *last_;
 }
 
+void FusionExecutorCache::refuseCall(const std::string& error) {
+  Communicator& comm = Communicator::instance();
+  if (!comm.initialized() || comm.size() == 1 || comm.broken() || isDisabled(DisableOption::CollectiveValidation)) return;
+  agreeOnCall(comm, *fusion_, fingerprint(*fusion_), {}, {}, error, strictAgreement());
+}
+
 std::vector<at::Tensor> FusionExecutorCache::run(const std::vector<RuntimeValue>& inputs) {
   return executorFor(inputs).run(inputs);
 }

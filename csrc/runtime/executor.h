@@ -73,6 +73,9 @@ class FusionExecutorCache {
  public:
   explicit FusionExecutorCache(std::shared_ptr<const Fusion> fusion) : fusion_(std::move(fusion)) {}
   std::vector<at::Tensor> run(const std::vector<RuntimeValue>& inputs);
+  // A call this rank cannot even start (`error`, e.g. an input that is not a tensor): it still
+  // takes part in the per-call agreement, so that every rank raises. Throws on the other ranks.
+  void refuseCall(const std::string& error);
   // The executor for these inputs' signature (compiled on first use).
   FusionExecutor& executorFor(const std::vector<RuntimeValue>& inputs);
   // The executor used by the most recent run (for host_program() / shardings), or null.

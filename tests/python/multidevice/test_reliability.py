@@ -233,3 +233,22 @@ def test_distributed_debug_bad_value(multidevice_test, monkeypatch):
     fd = _gather_program(d, mesh, 4 * d)
     with pytest.raises(meshfuser.Error, match=r"MESHFUSER_DISTRIBUTED_DEBUG: unknown value 'LOUD'.*DETAIL"):
         fd.execute([torch.randn(4, 3, device=multidevice_test.device)])
+
+
+def test_non_tensor_input_on_one_rank(multidevice_test):
+    """An input that is not even a tensor on one rank: that rank still takes part in the
+    agreement, so the others are told instead of waiting."""
+    d, rank = multidevice_test.size, multidevice_test.rank
+    mesh = DeviceMesh(range(d))
+    fd = _gather_program(d, mesh, 4 * d)
+    unsharded = torch.randn(4 * d, 3)
+    good = multidevice_test.shard_tensor(unsharded, 0, mesh)
+    with pytest.raises(meshfuser.Error) as e:
+        fd.execute(["not a tensor" if rank == d - 1 else good])
+    msg = str(e.value)
+    if rank == d - 1:
+        assert "input 0 is a <class 'str'>" in msg, msg
+    else:
+        assert f"validation failed on rank(s) {d - 1}" in msg, msg
+    (out,) = fd.execute([good])
+    torch.testing.assert_close(out.cpu(), unsharded)
