@@ -93,28 +93,55 @@ void Communicator::barrier() {
 }
 
 std::vector<int64_t> Communicator::exchange(const std::vector<int64_t>& mine, const std::string& what) {
+  PendingExchange pending = postExchange(mine, what);
+  return finishExchange(pending);
+}
+
+Communicator::PendingExchange Communicator::postExchange(const std::vector<int64_t>& mine, const std::string& what) {
   checkInitialized();
   checkUsable();
   ++rounds_;
-  if (size_ == 1) return mine;
+  PendingExchange p;
+  p.what = what;
   const int64_t n = static_cast<int64_t>(mine.size());
-  at::Tensor in = at::empty({n}, at::kLong);
-  std::copy(mine.begin(), mine.end(), in.data_ptr<int64_t>());
-  at::Tensor out = at::empty({n * size_}, at::kLong);
-  try {
-    cpu_->getBackend(c10::DeviceType::CPU)->_allgather_base(out, in)->wait();
-  } catch (const std::exception& e) {
-    // Gloo reports timeouts and lost peers as c10::Error or as gloo's own runtime_error.
-    std::string cause = e.what();
-    if (auto* ce = dynamic_cast<const c10::Error*>(&e)) cause = ce->what_without_backtrace();
-    std::string reason = str(what, " on rank ", rank_, " did not complete with every rank (", cause, ")");
-    markBroken(reason);
-    MF_THROW_USER(reason, ": a rank did not reach the same call (it skipped an execute, failed earlier, ",
-                  "or died), so the ranks are out of step; every rank must call execute with the same ",
-                  "definition and matching inputs. MESHFUSER_VALIDATION_TIMEOUT_S bounds this wait.");
+  p.in = at::empty({n}, at::kLong);
+  std::copy(mine.begin(), mine.end(), p.in.data_ptr<int64_t>());
+  if (size_ == 1) {
+    p.out = p.in;
+    return p;
   }
-  const int64_t* p = out.data_ptr<int64_t>();
-  return std::vector<int64_t>(p, p + n * size_);
+  p.out = at::empty({n * size_}, at::kLong);
+  try {
+    p.work = cpu_->getBackend(c10::DeviceType::CPU)->_allgather_base(p.out, p.in);
+  } catch (const std::exception& e) {
+    failExchange(what, e);
+  }
+  return p;
+}
+
+std::vector<int64_t> Communicator::finishExchange(PendingExchange& p) {
+  if (p.work) {
+    try {
+      p.work->wait();
+    } catch (const std::exception& e) {
+      p.work.reset();
+      failExchange(p.what, e);
+    }
+    p.work.reset();
+  }
+  const int64_t* data = p.out.data_ptr<int64_t>();
+  return std::vector<int64_t>(data, data + p.out.numel());
+}
+
+void Communicator::failExchange(const std::string& what, const std::exception& e) {
+  // Gloo reports timeouts and lost peers as c10::Error or as gloo's own runtime_error.
+  std::string cause = e.what();
+  if (auto* ce = dynamic_cast<const c10::Error*>(&e)) cause = ce->what_without_backtrace();
+  std::string reason = str(what, " on rank ", rank_, " did not complete with every rank (", cause, ")");
+  markBroken(reason);
+  MF_THROW_USER(reason, ": a rank did not reach the same call (it skipped an execute, failed earlier, ",
+                "or died), so the ranks are out of step; every rank must call execute with the same ",
+                "definition and matching inputs. MESHFUSER_VALIDATION_TIMEOUT_S bounds this wait.");
 }
 
 void Communicator::markBroken(const std::string& reason) {

@@ -46,6 +46,14 @@ class Communicator {
   // A failure (timeout, a peer gone) raises a UserError that names `what` and marks the
   // Communicator broken.
   std::vector<int64_t> exchange(const std::vector<int64_t>& mine, const std::string& what);
+  // The same in two steps, so that local work can overlap the round trip.
+  struct PendingExchange {
+    c10::intrusive_ptr<c10d::Work> work;
+    at::Tensor in, out;
+    std::string what;
+  };
+  PendingExchange postExchange(const std::vector<int64_t>& mine, const std::string& what);
+  std::vector<int64_t> finishExchange(PendingExchange& pending);
   // Rounds of exchange() so far on this rank (equal on every rank while the ranks are in step).
   int64_t rounds() const { return rounds_; }
   // After a collective failed (timed out, a peer died) the groups hold unmatched operations: every
@@ -74,6 +82,7 @@ class Communicator {
 
  private:
   Communicator() = default;
+  [[noreturn]] void failExchange(const std::string& what, const std::exception& e);
   void checkInitialized() const;
   void checkTeam(const std::vector<int64_t>& team) const;
   c10::intrusive_ptr<c10d::ProcessGroup> group(const std::vector<int64_t>& team);

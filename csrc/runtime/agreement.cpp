@@ -112,33 +112,52 @@ bool strictAgreement() {
   return s == "DETAIL";
 }
 
-void agreeOnCall(Communicator& comm, const Fusion& f, uint64_t fingerprint, const std::vector<RuntimeValue>& inputs,
-                 const ExtentBindings& bindings, const std::string& error, bool strict) {
-  const int64_t size = comm.size();
-  std::vector<std::string> symbols, where;
-  inputSymbols(f, symbols, where);
-  std::vector<int64_t> extents;
-  for (const std::string& s : symbols) {
+CallAgreement::CallAgreement(Communicator& comm, const Fusion& f, uint64_t fingerprint,
+                             const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings, std::string error,
+                             bool strict)
+    : comm_(comm), fusion_(f), fingerprint_(fingerprint), error_(std::move(error)), strict_(strict) {
+  inputSymbols(f, symbols_, where_);
+  for (const std::string& s : symbols_) {
     auto it = bindings.find(s);
-    extents.push_back(it == bindings.end() ? -1 : it->second);
+    extents_.push_back(it == bindings.end() ? -1 : it->second);
   }
   int64_t device = -1;
   for (const RuntimeValue& rv : inputs) {
     if (rv.is_tensor && rv.tensor.defined()) device = static_cast<int64_t>(rv.tensor.device().type());
   }
-  std::vector<int64_t> detail = strict ? describeInputs(f, inputs, comm.rank()) : std::vector<int64_t>();
-
+  if (strict) detail_ = describeInputs(f, inputs, comm.rank());
   std::vector<int64_t> header(kHeaderLength, -1);
   header[kMagicSlot] = kMagic;
   header[kRound] = comm.rounds() + 1;
   header[kFingerprint] = static_cast<int64_t>(fingerprint);
-  header[kOk] = error.empty() ? 1 : 0;
+  header[kOk] = error_.empty() ? 1 : 0;
   header[kDevice] = device;
-  header[kNumSymbols] = static_cast<int64_t>(symbols.size());
-  header[kDetailLength] = static_cast<int64_t>(detail.size());
+  header[kNumSymbols] = static_cast<int64_t>(symbols_.size());
+  header[kDetailLength] = static_cast<int64_t>(detail_.size());
   header[kStrict] = strict ? 1 : 0;
-  for (int64_t s = 0; s < std::min<int64_t>(kSymbolSlots, extents.size()); ++s) header[kHeader + s] = extents[s];
-  std::vector<int64_t> all = comm.exchange(header, "the per-call agreement");
+  for (int64_t s = 0; s < std::min<int64_t>(kSymbolSlots, extents_.size()); ++s) header[kHeader + s] = extents_[s];
+  pending_ = comm.postExchange(header, "the per-call agreement");
+}
+
+void agreeOnCall(Communicator& comm, const Fusion& f, uint64_t fingerprint, const std::vector<RuntimeValue>& inputs,
+                 const ExtentBindings& bindings, const std::string& error, bool strict) {
+  CallAgreement(comm, f, fingerprint, inputs, bindings, error, strict).finish();
+}
+
+void CallAgreement::finish() {
+  if (finished_) return;
+  finished_ = true;
+  Communicator& comm = comm_;
+  const Fusion& f = fusion_;
+  const uint64_t fingerprint = fingerprint_;
+  const std::string& error = error_;
+  const bool strict = strict_;
+  const auto& symbols = symbols_;
+  const auto& where = where_;
+  const auto& extents = extents_;
+  const auto& detail = detail_;
+  const int64_t size = comm.size();
+  std::vector<int64_t> all = comm.finishExchange(pending_);
   auto at = [&](int64_t r, int64_t slot) { return all[r * kHeaderLength + slot]; };
 
   std::vector<int64_t> out_of_step, other_program, other_mode, failed;

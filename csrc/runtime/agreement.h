@@ -11,19 +11,42 @@
 #include <string>
 #include <vector>
 
+#include "multidevice/communicator.h"
 #include "runtime/aten_evaluator.h"
 
 namespace mf {
 
-class Communicator;
 class Fusion;
 
 // MESHFUSER_DISTRIBUTED_DEBUG: OFF (default) or INFO: the per-call header; DETAIL: strict mode.
 bool strictAgreement();
 
-// `error` is this rank's validation error (empty when its inputs are valid); `bindings` the global
-// extents its inputs gave the symbolic axes. Returns when every rank agrees; otherwise throws on
-// every rank (this rank's own `error` where it has one).
+// One call's agreement. The constructor posts this rank's header and returns at once, so that
+// local work (compute segments before the first communication) overlaps the round trip; finish()
+// waits and checks, and must run before any data collective is posted. `error` is this rank's
+// validation error (empty when its inputs are valid); `bindings` the global extents its inputs gave
+// the symbolic axes. finish() returns when every rank agrees, and otherwise throws on every rank
+// (this rank's own `error` where it has one).
+class CallAgreement {
+ public:
+  CallAgreement(Communicator& comm, const Fusion& f, uint64_t fingerprint, const std::vector<RuntimeValue>& inputs,
+                const ExtentBindings& bindings, std::string error, bool strict);
+  void finish();
+  bool finished() const { return finished_; }
+
+ private:
+  Communicator& comm_;
+  const Fusion& fusion_;
+  uint64_t fingerprint_;
+  std::string error_;
+  bool strict_;
+  std::vector<std::string> symbols_, where_;
+  std::vector<int64_t> extents_, detail_;
+  Communicator::PendingExchange pending_;
+  bool finished_ = false;
+};
+
+// Posts and finishes at once.
 void agreeOnCall(Communicator& comm, const Fusion& f, uint64_t fingerprint, const std::vector<RuntimeValue>& inputs,
                  const ExtentBindings& bindings, const std::string& error, bool strict);
 

@@ -151,12 +151,27 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
   // round, valid inputs and the same global extents on every rank, or an error on every rank.
   bool agree = multi_rank_ && !isDisabled(DisableOption::CollectiveValidation);
   bool strict = agree && strictAgreement();
-  if (agree) agreeOnCall(comm, program_->fusion(), fingerprint_, inputs, bindings, error, strict);
+  std::optional<CallAgreement> agreement;
+  if (agree) {
+    agreement.emplace(comm, program_->fusion(), fingerprint_, inputs, bindings, error, strict);
+    // The round trip overlaps the compute before the first communication, unless this rank's inputs
+    // are invalid, teams are still to be created, or strict mode wants everything checked first.
+    if (!error.empty() || strict || !teams_created_) agreement->finish();
+  }
   MF_USER_CHECK(error.empty(), "execute: ", error);
-  if (!strict) return runAgreed(inputs, bindings);
+  if (!strict) {
+    CallAgreement* pending = agreement && !agreement->finished() ? &*agreement : nullptr;
+    try {
+      return runAgreed(inputs, bindings, pending);
+    } catch (...) {
+      // The round must complete on this rank too; when the ranks disagree, that is the error to raise.
+      if (pending && !pending->finished()) pending->finish();
+      throw;
+    }
+  }
   std::vector<at::Tensor> outputs;
   try {
-    outputs = runAgreed(inputs, bindings);
+    outputs = runAgreed(inputs, bindings, nullptr);
   } catch (...) {
     try {
       if (!comm.broken()) agreeOnCompletion(comm, fingerprint_, false);
@@ -181,7 +196,8 @@ UserError collectiveFailure(const Communication& c, int64_t rank, const std::exc
 }
 }  // namespace
 
-std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings) {
+std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings,
+                                                  CallAgreement* pending) {
   const Fusion& f = program_->fusion();
   Communicator& comm = Communicator::instance();
   if (!teams_created_ && multi_rank_) {
@@ -212,6 +228,7 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
         break;
       }
       case HostInstruction::Kind::PostCommunication: {
+        if (pending) pending->finish();  // nothing is posted before the ranks agreed
         const Communication& c = program_->communications()[inst.index];
         if (profile) profile->kernels().push_back({c.toString(), "communication"});
         if (isDumpEnabled(DumpOption::Communication)) std::cout << "post " << c.toString() << std::endl;
@@ -247,6 +264,7 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
       case HostInstruction::Kind::Deallocate: values.erase(inst.tv); break;
     }
   }
+  if (pending) pending->finish();
   std::vector<at::Tensor> outputs;
   for (const Val* out : f.outputs()) {
     auto* tv = static_cast<const TensorView*>(out);

@@ -19,6 +19,8 @@
 
 namespace mf {
 
+class CallAgreement;
+
 class FusionExecutor {
  public:
   // Clones `fusion`, runs the pass pipeline and lowers it for `rank`.
@@ -36,7 +38,9 @@ class FusionExecutor {
   // and outputs included) at the bound extents. Returns an error message, empty when fine.
   std::string checkRunnable(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings) const;
   // The part of run() after the ranks agreed on the call.
-  std::vector<at::Tensor> runAgreed(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings);
+  // `pending`: the call's agreement, still in flight; finished before the first communication.
+  std::vector<at::Tensor> runAgreed(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings,
+                                    CallAgreement* pending);
   void runCommunication(const Communication& c, std::unordered_map<const Val*, at::Tensor>& values,
                         const ExtentBindings& bindings, std::vector<c10::intrusive_ptr<c10d::Work>>& works);
   // Posts the point-to-point transfers of SendRecv / Gather / Scatter.
