@@ -184,6 +184,14 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
 }
 
 namespace {
+// Fault injection for the fault suite: MESHFUSER_INJECT_FAULT=<where>:<rank> makes that rank raise
+// at `where` ("after_agreement": before the first communication; "at_end": after the last one).
+void injectFault(const char* where, int64_t rank) {
+  const char* v = std::getenv("MESHFUSER_INJECT_FAULT");
+  if (v == nullptr || mf::str(where, ":", rank) != v) return;
+  MF_THROW_USER("execute: fault injected on rank ", rank, " ", where, " (MESHFUSER_INJECT_FAULT)");
+}
+
 // A c10d operation failed after the ranks agreed (a peer died, failed, or timed out): the groups
 // may hold unmatched operations from now on.
 UserError collectiveFailure(const Communication& c, int64_t rank, const std::exception& e) {
@@ -205,6 +213,7 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
     teams_created_ = true;
   }
 
+  injectFault("after_agreement", program_->rank());  // run() still completes this rank's round
   std::unordered_map<const Val*, at::Tensor> values;
   std::unordered_map<const Val*, c10::Scalar> scalars;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -265,6 +274,7 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
     }
   }
   if (pending) pending->finish();
+  injectFault("at_end", program_->rank());
   std::vector<at::Tensor> outputs;
   for (const Val* out : f.outputs()) {
     auto* tv = static_cast<const TensorView*>(out);

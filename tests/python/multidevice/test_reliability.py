@@ -252,3 +252,17 @@ def test_non_tensor_input_on_one_rank(multidevice_test):
         assert f"validation failed on rank(s) {d - 1}" in msg, msg
     (out,) = fd.execute([good])
     torch.testing.assert_close(out.cpu(), unsharded)
+
+
+def test_cpu_on_one_rank_cuda_on_the_others(multidevice_test):
+    d, rank = multidevice_test.size, multidevice_test.rank
+    if d < 2 or multidevice_test.device.type != "cuda":
+        pytest.skip("needs 2+ ranks on GPUs")
+    mesh = DeviceMesh(range(d))
+    fd = _gather_program(d, mesh, 4 * d)
+    unsharded = torch.randn(4 * d, 3)
+    good = multidevice_test.shard_tensor(unsharded, 0, mesh)
+    with pytest.raises(meshfuser.Error, match=r"different kinds of device .*rank 0: cuda.*cpu"):
+        fd.execute([good.cpu() if rank == d - 1 else good])
+    (out,) = fd.execute([good])
+    torch.testing.assert_close(out.cpu(), unsharded)
