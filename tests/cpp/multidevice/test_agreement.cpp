@@ -4,6 +4,8 @@
 
 #include <ATen/ATen.h>
 
+#include <functional>
+
 #include "ir/ops.h"
 #include "multidevice/communicator.h"
 #include "runtime/agreement.h"
@@ -45,6 +47,68 @@ TEST(AgreementTest, SymbolicExtentsThatDisagreeAreNamedOnEveryRank) {
   // The ranks are still in step: an agreeing call passes.
   bindings.begin()->second = 8;
   agreeOnCall(comm, f, 42, inputs, bindings, "", false);
+}
+
+// Expects agreeOnCall to throw a UserError containing `fragment` on this rank.
+void expectAgreementError(const std::function<void()>& call, const std::string& fragment) {
+  try {
+    call();
+    FAIL() << "expected a UserError with: " << fragment;
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+Fusion& constantProgram() {
+  static Fusion f;
+  if (f.inputs().empty()) {
+    TensorView* x = defineTensor(f, {4, 3}, DataType::Float);
+    f.addOutput(unaryOp(OpType::Relu, x));
+  }
+  return f;
+}
+
+TEST(AgreementTest, DeviceKindsThatDifferAreNamedOnEveryRank) {
+  Communicator& comm = Communicator::instance();
+  if (comm.size() < 2) GTEST_SKIP() << "needs 2+ ranks";
+  std::vector<RuntimeValue> inputs(1);
+  inputs[0].tensor = at::zeros({4, 3}, at::TensorOptions().device(comm.rank() == 1 ? at::kMeta : at::kCPU));
+  expectAgreementError([&] { agreeOnCall(comm, constantProgram(), 7, inputs, {}, "", false); },
+                       "different kinds of device (rank 0: cpu, rank 1: meta");
+}
+
+TEST(AgreementTest, StrictModeComparesLocalShapes) {
+  Communicator& comm = Communicator::instance();
+  if (comm.size() < 2) GTEST_SKIP() << "needs 2+ ranks";
+  // Validation is bypassed here: strict mode must catch what reaches it anyway.
+  std::vector<RuntimeValue> inputs(1);
+  inputs[0].tensor = at::zeros({comm.rank() == 1 ? 5 : 4, 3});
+  expectAgreementError([&] { agreeOnCall(comm, constantProgram(), 7, inputs, {}, "", /*strict=*/true); },
+                       "input 0 (");
+  inputs[0].tensor = at::zeros({4, 3});
+  agreeOnCall(comm, constantProgram(), 7, inputs, {}, "", true);
+}
+
+TEST(AgreementTest, StrictModeOnSomeRanksOnlyIsAnError) {
+  Communicator& comm = Communicator::instance();
+  if (comm.size() < 2) GTEST_SKIP() << "needs 2+ ranks";
+  std::vector<RuntimeValue> inputs(1);
+  inputs[0].tensor = at::zeros({4, 3});
+  expectAgreementError([&] { agreeOnCall(comm, constantProgram(), 7, inputs, {}, "", comm.rank() == 0); },
+                       "MESHFUSER_DISTRIBUTED_DEBUG differs across ranks");
+}
+
+TEST(AgreementTest, AHeaderFromSomethingElseIsOutOfStep) {
+  Communicator& comm = Communicator::instance();
+  if (comm.size() < 2) GTEST_SKIP() << "needs 2+ ranks";
+  std::vector<RuntimeValue> inputs(1);
+  inputs[0].tensor = at::zeros({4, 3});
+  if (comm.rank() == comm.size() - 1) {
+    comm.exchange(std::vector<int64_t>(24, 7), "not a call header");  // e.g. another version's message
+  } else {
+    expectAgreementError([&] { agreeOnCall(comm, constantProgram(), 7, inputs, {}, "", false); },
+                         "the ranks are out of step: rank(s) " + std::to_string(comm.size() - 1));
+  }
 }
 
 }  // namespace
