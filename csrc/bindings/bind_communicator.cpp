@@ -17,7 +17,11 @@ void bindCommunicator(py::module& m) {
   comm.def_static("instance", &Communicator::instance, py::return_value_policy::reference)
       .def("init", &Communicator::init)
       .def("initialized", &Communicator::initialized)
-      .def("shutdown", &Communicator::shutdown)
+      // Without the GIL: releasing a Gloo group joins its workers, which may need the GIL to free a
+      // Python-owned tensor (holding it here hung dist.destroy_process_group() at exit).
+      .def("shutdown", &Communicator::shutdown, py::call_guard<py::gil_scoped_release>())
+      .def("broken", &Communicator::broken)
+      .def("rounds", &Communicator::rounds)
       .def("size", &Communicator::size)
       .def("rank", &Communicator::rank)
       .def("local_size", &Communicator::localSize)

@@ -31,8 +31,22 @@ class FusionHandle {
   explicit FusionHandle(std::shared_ptr<Fusion> fusion) : fusion_(std::move(fusion)) {}
 
   std::vector<at::Tensor> execute(const py::list& args) {
-    std::vector<RuntimeValue> inputs = toInputs(args);
     FusionExecutorCache& cache = this->cache();
+    std::vector<RuntimeValue> inputs;
+    try {
+      inputs = toInputs(args);
+    } catch (const UserError& e) {
+      // This rank still takes part in the call's agreement, so the others are told, not left waiting.
+      {
+        py::gil_scoped_release release;
+        try {
+          cache.refuseCall(e.what());
+        } catch (const std::exception&) {
+          // this rank raises its own error below
+        }
+      }
+      throw;
+    }
     py::gil_scoped_release release;
     return cache.run(inputs);
   }

@@ -27,10 +27,14 @@ void Communicator::init(const std::string& world_group, const std::string& cpu_g
   std::vector<int64_t> everyone(size);
   for (int64_t i = 0; i < size; ++i) everyone[i] = i;
   teams_[everyone] = world_;
+  rounds_ = 0;
+  broken_reason_.clear();
   initialized_ = true;
 }
 
 void Communicator::shutdown() {
+  // The bindings call this without the GIL: dropping the last reference to a Gloo group joins its
+  // worker threads, and one of them may be freeing a Python-owned tensor (which takes the GIL).
   teams_.clear();
   world_.reset();
   cpu_.reset();
@@ -88,31 +92,66 @@ void Communicator::barrier() {
   cpu_->getBackend(c10::DeviceType::CPU)->barrier()->wait();
 }
 
-Communicator::Agreement Communicator::agree(bool ok, uint64_t program_fingerprint) {
+std::vector<int64_t> Communicator::exchange(const std::vector<int64_t>& mine, const std::string& what) {
+  PendingExchange pending = postExchange(mine, what);
+  return finishExchange(pending);
+}
+
+Communicator::PendingExchange Communicator::postExchange(const std::vector<int64_t>& mine, const std::string& what) {
   checkInitialized();
-  Agreement result;
+  checkUsable();
+  ++rounds_;
+  PendingExchange p;
+  p.what = what;
+  const int64_t n = static_cast<int64_t>(mine.size());
+  p.in = at::empty({n}, at::kLong);
+  std::copy(mine.begin(), mine.end(), p.in.data_ptr<int64_t>());
   if (size_ == 1) {
-    if (!ok) result.failed_ranks.push_back(rank_);
-    return result;
+    p.out = p.in;
+    return p;
   }
-  // [failed flag per rank | fingerprint per rank]; each rank fills its own slots, a sum gathers.
-  at::Tensor slots = at::zeros({2 * size_}, at::kLong);
-  slots[rank_] = ok ? 0 : 1;
-  slots[size_ + rank_] = static_cast<int64_t>(program_fingerprint);
-  std::vector<at::Tensor> ts = {slots};
+  p.out = at::empty({n * size_}, at::kLong);
   try {
-    cpu_->getBackend(c10::DeviceType::CPU)->allreduce(ts)->wait();
-  } catch (const c10::Error& e) {
-    MF_THROW_USER("input validation could not agree with the other ranks (", e.what_without_backtrace(),
-                  "): this rank met a new input signature while the others reused a program they had already "
-                  "validated, i.e. the ranks' inputs differ; every rank must call execute with matching inputs");
+    p.work = cpu_->getBackend(c10::DeviceType::CPU)->_allgather_base(p.out, p.in);
+  } catch (const std::exception& e) {
+    failExchange(what, e);
   }
-  auto acc = slots.accessor<int64_t, 1>();
-  for (int64_t r = 0; r < size_; ++r) {
-    if (acc[r] != 0) result.failed_ranks.push_back(r);
-    if (acc[size_ + r] != acc[size_]) result.other_program_ranks.push_back(r);
+  return p;
+}
+
+std::vector<int64_t> Communicator::finishExchange(PendingExchange& p) {
+  if (p.work) {
+    try {
+      p.work->wait();
+    } catch (const std::exception& e) {
+      p.work.reset();
+      failExchange(p.what, e);
+    }
+    p.work.reset();
   }
-  return result;
+  const int64_t* data = p.out.data_ptr<int64_t>();
+  return std::vector<int64_t>(data, data + p.out.numel());
+}
+
+void Communicator::failExchange(const std::string& what, const std::exception& e) {
+  // Gloo reports timeouts and lost peers as c10::Error or as gloo's own runtime_error.
+  std::string cause = e.what();
+  if (auto* ce = dynamic_cast<const c10::Error*>(&e)) cause = ce->what_without_backtrace();
+  std::string reason = str(what, " on rank ", rank_, " did not complete with every rank (", cause, ")");
+  markBroken(reason);
+  MF_THROW_USER(reason, ": a rank did not reach the same call (it skipped an execute, failed earlier, ",
+                "or died), so the ranks are out of step; every rank must call execute with the same ",
+                "definition and matching inputs. MESHFUSER_VALIDATION_TIMEOUT_S bounds this wait.");
+}
+
+void Communicator::markBroken(const std::string& reason) {
+  if (broken_reason_.empty()) broken_reason_ = reason;
+}
+
+void Communicator::checkUsable() const {
+  MF_USER_CHECK(broken_reason_.empty(), "meshfuser's process groups are unusable after an earlier failure (",
+                broken_reason_, "); they may hold unmatched operations, so this rank refuses to post more ",
+                "instead of exchanging data from different calls. Restart every rank.");
 }
 
 }  // namespace mf

@@ -21,9 +21,10 @@ class Communicator {
  public:
   static Communicator& instance();
 
-  // Called by the Python layer once torch.distributed is initialized. world_group is the name of
-  // the default group; cpu_group names a Gloo group over all ranks (for control messages such as
-  // collective input validation), possibly the same.
+  // Called by the Python layer once torch.distributed is initialized. world_group names
+  // meshfuser's own group over all ranks (made from the user's, with meshfuser's timeout: its
+  // collectives never interleave with the user's); cpu_group names a Gloo group over all ranks for
+  // control messages (the per-call agreement), possibly the same.
   void init(const std::string& world_group, const std::string& cpu_group, int64_t rank, int64_t size,
             int64_t local_rank, int64_t local_size);
   bool initialized() const { return initialized_; }
@@ -41,15 +42,26 @@ class Communicator {
   c10::intrusive_ptr<c10d::Backend> backend(const std::vector<int64_t>& team, c10::DeviceType device);
 
   void barrier();
-  // What the ranks agreed on before a program first runs: which ranks found their inputs invalid,
-  // and which ranks compiled a program (definition + schedule) other than rank 0's.
-  struct Agreement {
-    std::vector<int64_t> failed_ranks;
-    std::vector<int64_t> other_program_ranks;
+  // One round of control data on meshfuser's CPU (Gloo) group, never touching a GPU stream: every
+  // rank contributes `mine` (the same length on every rank) and receives every rank's, rank-major.
+  // A failure (timeout, a peer gone) raises a UserError that names `what` and marks the
+  // Communicator broken.
+  std::vector<int64_t> exchange(const std::vector<int64_t>& mine, const std::string& what);
+  // The same in two steps, so that local work can overlap the round trip.
+  struct PendingExchange {
+    c10::intrusive_ptr<c10d::Work> work;
+    at::Tensor in, out;
+    std::string what;
   };
-  // Each rank contributes `ok` and its program fingerprint. Uses the CPU group so that it never
-  // touches a GPU stream.
-  Agreement agree(bool ok, uint64_t program_fingerprint);
+  PendingExchange postExchange(const std::vector<int64_t>& mine, const std::string& what);
+  std::vector<int64_t> finishExchange(PendingExchange& pending);
+  // Rounds of exchange() so far on this rank (equal on every rank while the ranks are in step).
+  int64_t rounds() const { return rounds_; }
+  // After a collective failed (timed out, a peer died) the groups hold unmatched operations: every
+  // later call fails fast with `reason` instead of exchanging data from different calls.
+  void markBroken(const std::string& reason);
+  bool broken() const { return !broken_reason_.empty(); }
+  void checkUsable() const;
 
   // Collectives over a team (ranks ascending). Asynchronous: the returned work is waited on by the
   // caller; for NCCL, wait() makes the current stream wait, not the host. Inputs are checked
@@ -71,6 +83,7 @@ class Communicator {
 
  private:
   Communicator() = default;
+  [[noreturn]] void failExchange(const std::string& what, const std::exception& e);
   void checkInitialized() const;
   void checkTeam(const std::vector<int64_t>& team) const;
   c10::intrusive_ptr<c10d::ProcessGroup> group(const std::vector<int64_t>& team);
@@ -81,6 +94,8 @@ class Communicator {
   c10::intrusive_ptr<c10d::ProcessGroup> cpu_;
   TeamFactory team_factory_;
   std::map<std::vector<int64_t>, c10::intrusive_ptr<c10d::ProcessGroup>> teams_;
+  int64_t rounds_ = 0;
+  std::string broken_reason_;
 };
 
 }  // namespace mf

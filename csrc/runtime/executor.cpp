@@ -9,6 +9,7 @@
 #include "multidevice/sharding.h"
 #include "ir/printer.h"
 #include "passes/pass.h"
+#include "runtime/agreement.h"
 #include "runtime/cuda_kernel.h"
 #include "runtime/profiler.h"
 #include "support/error.h"
@@ -113,38 +114,117 @@ std::vector<std::string> FusionExecutor::segmentSchedulers() const {
   return names;
 }
 
-std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inputs) {
+std::string FusionExecutor::checkRunnable(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings) const {
   const Fusion& f = program_->fusion();
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (!inputs[i].is_tensor) continue;
+    c10::Device dev = inputs[i].tensor.device();
+    if (!dev.is_cpu() && !dev.is_cuda()) {
+      return mf::str("input ", i, " (", f.inputs()[i]->toString(), ") is a ", dev.type(),
+                     " tensor; execute runs on CPU or CUDA tensors (meta tensors only work with cuda_kernels)");
+    }
+  }
+  // Uneven shards are refused everywhere, not only at inputs: a replicated tensor sharded later (a
+  // LocalSlice) or an output whose extent is bound at run time must split evenly too.
+  for (const TensorView* tv : f.allTensors()) {
+    auto ids = tv->logicalNoReductions();
+    auto shards = shardsPerAxis(tv);
+    for (size_t a = 0; a < ids.size() && a < shards.size(); ++a) {
+      if (shards[a] <= 1 || ids[a]->isDeviceDim()) continue;
+      int64_t global = ids[a]->extent().value;
+      if (!ids[a]->extent().isConst()) {
+        auto it = bindings.find(f.canonicalSymbol(ids[a]->extent().symbol));
+        if (it == bindings.end()) continue;
+        global = it->second;
+      }
+      if (global % shards[a] == 0) continue;
+      std::string role = "tensor";
+      for (size_t k = 0; k < f.inputs().size(); ++k) {
+        if (f.inputs()[k] == tv) role = mf::str("input ", k);
+      }
+      for (size_t k = 0; k < f.outputs().size(); ++k) {
+        if (f.outputs()[k] == tv) role = mf::str("output ", k);
+      }
+      return mf::str(role, " (", tv->toString(), ") axis ", a, ": global extent ", global, " does not split evenly over ",
+                     shards[a], " devices (mesh ", tv->mesh().toString(), "); uneven sharding is not supported yet");
+    }
+  }
+  return "";
+}
+
+std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inputs) {
   Communicator& comm = Communicator::instance();
+  if (multi_rank_) comm.checkUsable();
   ExtentBindings bindings;
   std::string error = validate(inputs, bindings);
-  bool has_comms = !program_->teams().empty();
-  if (multi_rank_ && has_comms && !validated_everywhere_ && !isDisabled(DisableOption::CollectiveValidation)) {
-    // Agree before posting anything, so a bad input on one rank cannot leave the others waiting.
-    // Validation depends only on the input signature, which keys this executor: once every rank
-    // passed with it, later calls with the same signature pass too and skip the round trip.
-    auto agreement = comm.agree(error.empty(), fingerprint_);
-    auto list = [](const std::vector<int64_t>& ranks) {
-      std::string text;
-      for (int64_t r : ranks) text += (text.empty() ? "" : ", ") + std::to_string(r);
-      return text;
-    };
-    MF_USER_CHECK(agreement.other_program_ranks.empty(), "execute: rank(s) ", list(agreement.other_program_ranks),
-                  " compiled a different program (definition or sharding schedule) than rank 0; every rank must ",
-                  "execute the same definition (this rank's program fingerprint is ", fingerprint_, ")");
-    const auto& failed = agreement.failed_ranks;
-    if (error.empty() && !failed.empty()) {
-      MF_THROW_USER("input validation failed on rank(s) ", list(failed), "; see the error raised there (rank ",
-                    comm.rank(), " had valid inputs)");
-    }
-    validated_everywhere_ = failed.empty();
+  if (error.empty()) error = checkRunnable(inputs, bindings);
+  // Agree on every call, before anything is posted (README "Reliability"): same program, same
+  // round, valid inputs and the same global extents on every rank, or an error on every rank.
+  bool agree = multi_rank_ && !isDisabled(DisableOption::CollectiveValidation);
+  bool strict = agree && strictAgreement();
+  std::optional<CallAgreement> agreement;
+  if (agree) {
+    agreement.emplace(comm, program_->fusion(), fingerprint_, inputs, bindings, error, strict);
+    // The round trip overlaps the compute before the first communication, unless this rank's inputs
+    // are invalid, teams are still to be created, or strict mode wants everything checked first.
+    if (!error.empty() || strict || !teams_created_) agreement->finish();
   }
   MF_USER_CHECK(error.empty(), "execute: ", error);
+  if (!strict) {
+    CallAgreement* pending = agreement && !agreement->finished() ? &*agreement : nullptr;
+    try {
+      return runAgreed(inputs, bindings, pending);
+    } catch (...) {
+      // The round must complete on this rank too; when the ranks disagree, that is the error to raise.
+      if (pending && !pending->finished()) pending->finish();
+      throw;
+    }
+  }
+  std::vector<at::Tensor> outputs;
+  try {
+    outputs = runAgreed(inputs, bindings, nullptr);
+  } catch (...) {
+    try {
+      if (!comm.broken()) agreeOnCompletion(comm, fingerprint_, false);
+    } catch (...) {
+    }
+    throw;
+  }
+  agreeOnCompletion(comm, fingerprint_, true);
+  return outputs;
+}
+
+namespace {
+// Fault injection for the fault suite: MESHFUSER_INJECT_FAULT=<where>:<rank> makes that rank raise
+// at `where` ("after_agreement": before the first communication; "at_end": after the last one).
+void injectFault(const char* where, int64_t rank) {
+  const char* v = std::getenv("MESHFUSER_INJECT_FAULT");
+  if (v == nullptr || mf::str(where, ":", rank) != v) return;
+  MF_THROW_USER("execute: fault injected on rank ", rank, " ", where, " (MESHFUSER_INJECT_FAULT)");
+}
+
+// A c10d operation failed after the ranks agreed (a peer died, failed, or timed out): the groups
+// may hold unmatched operations from now on.
+UserError collectiveFailure(const Communication& c, int64_t rank, const std::exception& e) {
+  std::string cause = e.what();
+  if (auto* ce = dynamic_cast<const c10::Error*>(&e)) cause = ce->what_without_backtrace();
+  std::string reason = mf::str(c.toString(), " failed on rank ", rank, " (", cause, ")");
+  Communicator::instance().markBroken(reason);
+  return UserError(mf::str("execute: ", reason, ": another rank of its team failed, died, or did not reach this ",
+                           "communication within the timeout (MESHFUSER_PG_TIMEOUT_S)"));
+}
+}  // namespace
+
+std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings,
+                                                  CallAgreement* pending) {
+  const Fusion& f = program_->fusion();
+  Communicator& comm = Communicator::instance();
   if (!teams_created_ && multi_rank_) {
     comm.createTeams(program_->teams());
     teams_created_ = true;
   }
 
+  injectFault("after_agreement", program_->rank());  // run() still completes this rank's round
   std::unordered_map<const Val*, at::Tensor> values;
   std::unordered_map<const Val*, c10::Scalar> scalars;
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -167,17 +247,30 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
         break;
       }
       case HostInstruction::Kind::PostCommunication: {
+        if (pending) pending->finish();  // nothing is posted before the ranks agreed
         const Communication& c = program_->communications()[inst.index];
         if (profile && c.type != CommunicationType::NoOp) profile->kernels().push_back({c.toString(), "communication"});
         if (isDumpEnabled(DumpOption::Communication)) std::cout << "post " << c.toString() << std::endl;
         RECORD_FUNCTION("meshfuser::communication", std::vector<c10::IValue>());
-        runCommunication(c, values, bindings, works[inst.index]);
+        try {
+          runCommunication(c, values, bindings, works[inst.index]);
+        } catch (const UserError&) {
+          throw;
+        } catch (const InternalError&) {
+          throw;
+        } catch (const std::exception& e) {
+          throw collectiveFailure(c, program_->rank(), e);
+        }
         break;
       }
       case HostInstruction::Kind::Wait: {
-        for (auto& w : works[inst.index]) w->wait();
-        works[inst.index].clear();
         const Communication& c = program_->communications()[inst.index];
+        try {
+          for (auto& w : works[inst.index]) w->wait();
+        } catch (const std::exception& e) {
+          throw collectiveFailure(c, program_->rank(), e);
+        }
+        works[inst.index].clear();
         // Some communications finish with a local reshuffle once the data arrived.
         auto pending = pending_finish_.find(c.output);
         if (pending != pending_finish_.end()) {
@@ -190,6 +283,8 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
       case HostInstruction::Kind::Deallocate: values.erase(inst.tv); break;
     }
   }
+  if (pending) pending->finish();
+  injectFault("at_end", program_->rank());
   std::vector<at::Tensor> outputs;
   for (const Val* out : f.outputs()) {
     auto* tv = static_cast<const TensorView*>(out);
@@ -362,6 +457,12 @@ FusionExecutor& FusionExecutorCache::executorFor(const std::vector<RuntimeValue>
   }
   last_ = it->second.get();
   return *last_;
+}
+
+void FusionExecutorCache::refuseCall(const std::string& error) {
+  Communicator& comm = Communicator::instance();
+  if (!comm.initialized() || comm.size() == 1 || comm.broken() || isDisabled(DisableOption::CollectiveValidation)) return;
+  agreeOnCall(comm, *fusion_, fingerprint(*fusion_), {}, {}, error, strictAgreement());
 }
 
 std::vector<at::Tensor> FusionExecutorCache::run(const std::vector<RuntimeValue>& inputs) {

@@ -19,6 +19,8 @@
 
 namespace mf {
 
+class CallAgreement;
+
 class FusionExecutor {
  public:
   // Clones `fusion`, runs the pass pipeline and lowers it for `rank`.
@@ -36,6 +38,13 @@ class FusionExecutor {
  private:
   // Checks inputs and binds symbolic extents. Returns an error message, empty when fine.
   std::string validate(const std::vector<RuntimeValue>& inputs, ExtentBindings& bindings) const;
+  // What only a real run needs: CPU or CUDA inputs, and even shards of every tensor (intermediates
+  // and outputs included) at the bound extents. Returns an error message, empty when fine.
+  std::string checkRunnable(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings) const;
+  // The part of run() after the ranks agreed on the call.
+  // `pending`: the call's agreement, still in flight; finished before the first communication.
+  std::vector<at::Tensor> runAgreed(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings,
+                                    CallAgreement* pending);
   void runCommunication(const Communication& c, std::unordered_map<const Val*, at::Tensor>& values,
                         const ExtentBindings& bindings, std::vector<c10::intrusive_ptr<c10d::Work>>& works);
   // Posts the point-to-point transfers of SendRecv / Gather / Scatter.
@@ -62,7 +71,6 @@ class FusionExecutor {
   // Local reshuffles that finish a communication once its data arrived (run at its Wait).
   std::unordered_map<const Val*, std::function<at::Tensor()>> pending_finish_;
   bool multi_rank_ = false;
-  bool validated_everywhere_ = false;
   uint64_t fingerprint_ = 0;  // of the definition and schedule, compared across ranks
   bool teams_created_ = false;
 };
@@ -74,6 +82,9 @@ class FusionExecutorCache {
  public:
   explicit FusionExecutorCache(std::shared_ptr<const Fusion> fusion) : fusion_(std::move(fusion)) {}
   std::vector<at::Tensor> run(const std::vector<RuntimeValue>& inputs);
+  // A call this rank cannot even start (`error`, e.g. an input that is not a tensor): it still
+  // takes part in the per-call agreement, so that every rank raises. Throws on the other ranks.
+  void refuseCall(const std::string& error);
   // The executor for these inputs' signature (compiled on first use).
   FusionExecutor& executorFor(const std::vector<RuntimeValue>& inputs);
   // The executor used by the most recent run (for host_program() / shardings), or null.

@@ -62,8 +62,12 @@ void FusionExecutor::runCommunication(const Communication& c, std::unordered_map
     case CommunicationType::LocalSlice: {
       at::Tensor x = input();
       int64_t me = Communicator::indexIn(c.team, rank);
-      int64_t len = x.size(c.layout.slice_axis) / n;
-      at::Tensor slice = x.narrow(c.layout.slice_axis, me * len, len);
+      // Validation refuses uneven shards before anything runs; never drop rows silently.
+      const int64_t axis = c.layout.slice_axis;
+      MF_USER_CHECK(x.size(axis) % n == 0, "execute: ", c.output->toString(), " axis ", axis, ": extent ",
+                    x.size(axis), " does not split evenly over ", n, " devices; uneven sharding is not supported");
+      int64_t len = x.size(axis) / n;
+      at::Tensor slice = x.narrow(axis, me * len, len);
       finish([slice] { return slice; });
       return;
     }
@@ -164,8 +168,11 @@ void FusionExecutor::runPointToPoint(const Communication& c, std::unordered_map<
       at::Tensor x = mine();
       if (c.type != CommunicationType::Scatter) return x.contiguous();
       int64_t block = c.output->mesh().linearIndexOf(receiver);
-      int64_t len = x.size(c.layout.slice_axis) / n_receivers;
-      return x.narrow(c.layout.slice_axis, block * len, len).contiguous();
+      const int64_t axis = c.layout.slice_axis;
+      MF_USER_CHECK(x.size(axis) % n_receivers == 0, "execute: ", c.output->toString(), " axis ", axis, ": extent ",
+                    x.size(axis), " does not split evenly over ", n_receivers, " devices; uneven sharding is not supported");
+      int64_t len = x.size(axis) / n_receivers;
+      return x.narrow(axis, block * len, len).contiguous();
     };
     if (sender == receiver) {
       pieces[i] = outgoing();

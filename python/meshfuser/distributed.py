@@ -1,13 +1,16 @@
 """Process-group set-up: use torch.distributed's default group, or create it from the launcher's
-environment (Gloo for CPU, NCCL for CUDA tensors). A single process without launcher variables is
-rank 0 of 1."""
+environment (Gloo for CPU, NCCL for CUDA tensors), and make meshfuser's own groups from it (so its
+collectives never interleave with the user's). A single process without launcher variables is rank
+0 of 1."""
 import atexit
 import datetime
 import os
 
 from . import _C
 
-_cpu_group = None
+_world_group = None  # meshfuser's own group over all ranks (data collectives)
+_cpu_group = None    # meshfuser's own Gloo group over all ranks (the per-call agreement)
+_teams = {}          # meshfuser's sub-groups, by ranks
 
 
 def _ensure_initialized():
@@ -32,23 +35,26 @@ def _ensure_initialized():
             os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
             os.environ.setdefault("MASTER_PORT", str(_free_port()))
             dist.init_process_group(backend="gloo", rank=0, world_size=1)
-    world = dist.group.WORLD
-    global _cpu_group
-    # A Gloo group for control messages (collective input validation) that never touches GPUs, with
-    # a bounded timeout so that ranks that disagree get an error instead of waiting forever.
-    if dist.get_world_size() == 1:
-        _cpu_group = world
-    else:
-        seconds = int(os.environ.get("MESHFUSER_VALIDATION_TIMEOUT_S", "120"))
-        _cpu_group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=seconds))
     rank, size = dist.get_rank(), dist.get_world_size()
+    global _world_group, _cpu_group
+    if size == 1:
+        _world_group = _cpu_group = dist.group.WORLD  # nothing is ever posted on it
+    else:
+        # meshfuser's own groups, made from the user's (same ranks, same backend, created on every
+        # rank in this order): its collectives never interleave with the user's, and its timeouts
+        # bound them whoever created the default group.
+        everyone = list(range(size))
+        _world_group = dist.new_group(everyone, timeout=timeout, backend=_default_backend())
+        # A Gloo group for the per-call agreement that never touches GPUs, with a bounded timeout
+        # so that ranks out of step get an error instead of waiting forever.
+        seconds = int(os.environ.get("MESHFUSER_VALIDATION_TIMEOUT_S", "120"))
+        _cpu_group = dist.new_group(everyone, backend="gloo", timeout=datetime.timedelta(seconds=seconds))
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     local_size = int(os.environ.get("LOCAL_WORLD_SIZE", size))
-    comm.init(world.group_name, _cpu_group.group_name, rank, size, local_rank, local_size)
-    _teams = {}
+    comm.init(_world_group.group_name, _cpu_group.group_name, rank, size, local_rank, local_size)
 
     def make_team(ranks):
-        group = dist.new_group(list(ranks), timeout=timeout)
+        group = dist.new_group(list(ranks), timeout=timeout, backend=_default_backend())
         _teams[tuple(ranks)] = group  # keep the group alive
         return group.group_name if group is not None and group != dist.GroupMember.NON_GROUP_MEMBER else ""
 
@@ -57,13 +63,43 @@ def _ensure_initialized():
     return comm
 
 
-def _shutdown(created_here):
-    """Release meshfuser's process-group references, then the groups meshfuser created, while
-    CUDA and c10d are still alive (destroying NCCL groups during static destruction aborts)."""
+def _default_backend():
     import torch.distributed as dist
+    try:
+        return dist.get_backend_config()  # e.g. "cpu:gloo,cuda:nccl"
+    except (AttributeError, RuntimeError, ValueError):
+        return dist.get_backend()
+
+
+def _shutdown(created_here):
+    """Release meshfuser's process groups while CUDA and c10d are still alive (destroying NCCL
+    groups during static destruction aborts). Python's references go first, while the C++
+    Communicator still holds the groups, so that the last reference is dropped in C++ without the
+    GIL (a Gloo worker may need the GIL to free a Python-owned tensor while it is joined)."""
+    import torch.distributed as dist
+    global _world_group, _cpu_group
+    # meshfuser's own groups are destroyed here, while the interpreter is alive, unless the user
+    # destroyed every group already (a group left to static destruction after a timed-out
+    # operation aborted the process at exit).
+    if dist.is_initialized():
+        _destroy_own_groups(dist)
+    _teams.clear()
+    _world_group = _cpu_group = None
     _C._Communicator.instance().shutdown()
     if created_here and dist.is_initialized():
         dist.destroy_process_group()
+
+
+def _destroy_own_groups(dist):
+    """In a function of its own: no local reference to a group outlives it (the last reference
+    must be the C++ one, dropped without the GIL)."""
+    for group in [_world_group, _cpu_group, *_teams.values()]:
+        if group is None or group is dist.group.WORLD or group == dist.GroupMember.NON_GROUP_MEMBER:
+            continue
+        try:
+            dist.destroy_process_group(group)
+        except (RuntimeError, ValueError, KeyError):
+            pass  # already destroyed
 
 
 def _free_port():
