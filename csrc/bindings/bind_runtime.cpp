@@ -136,7 +136,7 @@ void bindRuntime(py::module& m) {
       .def(py::init<>())
       .def("kernels", [](ProfileRecorder& r) {
         py::list l;
-        for (auto& k : r.kernels()) l.append(py::make_tuple(k.name, k.scheduler));
+        for (auto& k : r.kernels()) l.append(py::make_tuple(k.name, k.scheduler, k.bytes_sent, k.bytes_received));
         return l;
       });
   m.def("start_profiling", [](ProfileRecorder* r) { ProfileRecorder::active() = r; }, py::keep_alive<0, 1>());

@@ -50,7 +50,9 @@ std::string Segment::toString() const {
   return s;
 }
 
-std::string HostProgram::toString(const std::vector<std::string>& schedulers) const {
+std::string HostProgram::toString(const std::vector<std::string>& schedulers,
+                                  const std::vector<std::pair<int64_t, int64_t>>& bytes) const {
+  int64_t total_sent = 0, total_received = 0;
   std::ostringstream ss;
   ss << "HostProgram (rank " << rank_ << ") {\n";
   for (const HostInstruction& inst : instructions_) {
@@ -61,12 +63,20 @@ std::string HostProgram::toString(const std::vector<std::string>& schedulers) co
         ss << ": " << segments_[inst.index].toString() << "\n";
         break;
       case HostInstruction::Kind::PostCommunication:
-        ss << "  post " << inst.index << ": " << communications_[inst.index].toString() << "\n";
+        ss << "  post " << inst.index << ": " << communications_[inst.index].toString();
+        if (static_cast<size_t>(inst.index) < bytes.size()) {
+          auto [sent, received] = bytes[inst.index];
+          ss << " bytes: sent=" << sent << " received=" << received;
+          total_sent += sent;
+          total_received += received;
+        }
+        ss << "\n";
         break;
       case HostInstruction::Kind::Wait: ss << "  wait " << inst.index << "\n"; break;
       case HostInstruction::Kind::Deallocate: ss << "  deallocate " << inst.tv->toString() << "\n"; break;
     }
   }
+  if (!bytes.empty()) ss << "  total bytes: sent=" << total_sent << " received=" << total_received << "\n";
   ss << "  outputs:";
   for (Val* v : fusion_->outputs()) ss << " " << v->toString();
   ss << "\n}\n";

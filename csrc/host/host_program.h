@@ -72,7 +72,10 @@ class HostProgram {
   const std::vector<std::vector<int64_t>>& teams() const { return teams_; }
   // `schedulers`, when given, names what runs each segment ("expr_eval", "pointwise", ...): the
   // runtime's choice, shown beside the compiled program without being written into it.
-  std::string toString(const std::vector<std::string>& schedulers = {}) const;
+  // `bytes`, when given, holds {sent, received} per communication (communication_bytes.h); each
+  // communication then shows its bytes and the program its total.
+  std::string toString(const std::vector<std::string>& schedulers = {},
+                       const std::vector<std::pair<int64_t, int64_t>>& bytes = {}) const;
 
  private:
   std::unique_ptr<Fusion> fusion_;

@@ -5,6 +5,7 @@
 #include <iostream>
 #include <unordered_set>
 
+#include "host/communication_bytes.h"
 #include "multidevice/communicator.h"
 #include "multidevice/sharding.h"
 #include "ir/printer.h"
@@ -114,6 +115,16 @@ std::vector<std::string> FusionExecutor::segmentSchedulers() const {
   return names;
 }
 
+std::vector<std::pair<int64_t, int64_t>> FusionExecutor::communicationBytes() const {
+  std::vector<std::pair<int64_t, int64_t>> bytes;
+  for (const TransferBytes& b : programBytes(*program_, last_bindings_)) bytes.emplace_back(b.sent, b.received);
+  return bytes;
+}
+
+std::string FusionExecutor::hostProgramText() const {
+  return program_->toString(segmentSchedulers(), communicationBytes());
+}
+
 std::string FusionExecutor::checkRunnable(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings) const {
   const Fusion& f = program_->fusion();
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -170,6 +181,7 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
     if (!error.empty() || strict || !teams_created_) agreement->finish();
   }
   MF_USER_CHECK(error.empty(), "execute: ", error);
+  last_bindings_ = bindings;
   if (!strict) {
     CallAgreement* pending = agreement && !agreement->finished() ? &*agreement : nullptr;
     try {
@@ -249,7 +261,10 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
       case HostInstruction::Kind::PostCommunication: {
         if (pending) pending->finish();  // nothing is posted before the ranks agreed
         const Communication& c = program_->communications()[inst.index];
-        if (profile && c.type != CommunicationType::NoOp) profile->kernels().push_back({c.toString(), "communication"});
+        if (profile && c.type != CommunicationType::NoOp) {
+          TransferBytes b = mf::communicationBytes(c, program_->rank(), bindings);
+          profile->kernels().push_back({c.toString(), "communication", b.sent, b.received});
+        }
         if (isDumpEnabled(DumpOption::Communication)) std::cout << "post " << c.toString() << std::endl;
         RECORD_FUNCTION("meshfuser::communication", std::vector<c10::IValue>());
         try {

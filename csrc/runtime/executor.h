@@ -29,8 +29,8 @@ class FusionExecutor {
   const HostProgram& hostProgram() const { return *program_; }
   // What runs each segment on the last call: "expr_eval" (ATen) or a generated kernel's scheduler.
   std::vector<std::string> segmentSchedulers() const;
-  // The host program with those scheduler names.
-  std::string hostProgramText() const { return program_->toString(segmentSchedulers()); }
+  // The host program with those scheduler names and each communication's bytes on the last call.
+  std::string hostProgramText() const;
   const Fusion& compiledFusion() const { return program_->fusion(); }
   // CUDA source of every kernel the GPU path generates for these inputs (any device, meta too).
   std::vector<std::string> generatedKernels(const std::vector<RuntimeValue>& inputs);
@@ -62,6 +62,9 @@ class FusionExecutor {
                   const std::unordered_map<const Val*, c10::Scalar>& scalars, const ExtentBindings& bindings,
                   bool allow_kernels);
   std::string schedulerOf(int64_t segment) const;
+  // Bytes each communication sends and receives on this rank, for the last call's extents.
+  std::vector<std::pair<int64_t, int64_t>> communicationBytes() const;
+  ExtentBindings last_bindings_;
   SegmentKernel& segmentKernel(int64_t index, const std::unordered_map<const Val*, at::Tensor>& values);
   bool tryRunKernel(int64_t index, std::unordered_map<const Val*, at::Tensor>& values,
                     const std::unordered_map<const Val*, c10::Scalar>& scalars);

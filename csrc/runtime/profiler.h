@@ -2,6 +2,7 @@
 // emits torch.profiler ranges for them. Costs one branch per step when inactive.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -10,6 +11,8 @@ namespace mf {
 struct KernelProfile {
   std::string name;       // e.g. "segment 0: linear" or "ReduceScatter T4 <- T3"
   std::string scheduler;  // "communication", "expr_eval", "pointwise", "reduction"
+  int64_t bytes_sent = 0;  // communications: what this rank sent and received
+  int64_t bytes_received = 0;
 };
 
 class ProfileRecorder {

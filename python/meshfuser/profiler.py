@@ -3,17 +3,23 @@ from . import _C
 
 
 class KernelProfile:
-    def __init__(self, name, scheduler):
+    """One segment or communication. Communications also carry the bytes this rank sent and
+    received (0 for compute segments)."""
+
+    def __init__(self, name, scheduler, bytes_sent=0, bytes_received=0):
         self.name = name
         self.scheduler = scheduler
+        self.bytes_sent = bytes_sent
+        self.bytes_received = bytes_received
 
     def __repr__(self):
-        return f"KernelProfile({self.name!r}, scheduler={self.scheduler!r})"
+        extra = f", sent={self.bytes_sent}, received={self.bytes_received}" if self.scheduler == "communication" else ""
+        return f"KernelProfile({self.name!r}, scheduler={self.scheduler!r}{extra})"
 
 
 class _Profile:
     def __init__(self, kernels):
-        self.kernel_profiles = [KernelProfile(n, s) for n, s in kernels]
+        self.kernel_profiles = [KernelProfile(*k) for k in kernels]
 
 
 class Profiler:
