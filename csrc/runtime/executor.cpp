@@ -23,19 +23,16 @@ std::string shapeText(const std::vector<int64_t>& s) {
   return r + "]";
 }
 
-int64_t currentRank() {
-  Communicator& comm = Communicator::instance();
-  return comm.initialized() ? comm.rank() : 0;
-}
+int64_t currentRank(const Communicator& comm) { return comm.initialized() ? comm.rank() : 0; }
 }  // namespace
 
-FusionExecutor::FusionExecutor(const Fusion& fusion, int64_t rank) {
+FusionExecutor::FusionExecutor(const Fusion& fusion, int64_t rank, Communicator& comm) : comm_(&comm) {
   fingerprint_ = fingerprint(fusion);
   auto copy = fusion.clone();
   if (isDumpEnabled(DumpOption::FusionIr)) std::cout << printFusion(*copy);
   runPipeline(*copy);
   program_ = lowerToHostProgram(std::move(copy), rank);
-  multi_rank_ = Communicator::instance().initialized() && Communicator::instance().size() > 1;
+  multi_rank_ = comm_->initialized() && comm_->size() > 1;
   if (isDumpEnabled(DumpOption::HostProgram)) std::cout << program_->toString();
 }
 
@@ -104,7 +101,8 @@ std::string FusionExecutor::validate(const std::vector<RuntimeValue>& inputs, Ex
 
 std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inputs) {
   const Fusion& f = program_->fusion();
-  Communicator& comm = Communicator::instance();
+  Communicator& comm = *comm_;
+  requireCommunicatorFor(*program_, comm);
   ExtentBindings bindings;
   std::string error = validate(inputs, bindings);
   bool has_comms = !program_->teams().empty();
@@ -349,7 +347,7 @@ FusionExecutor& FusionExecutorCache::executorFor(const std::vector<RuntimeValue>
   auto sig = inputSignature(inputs);
   auto it = executors_.find(sig);
   if (it == executors_.end()) {
-    it = executors_.emplace(sig, std::make_unique<FusionExecutor>(*fusion_, currentRank())).first;
+    it = executors_.emplace(sig, std::make_unique<FusionExecutor>(*fusion_, currentRank(*comm_), *comm_)).first;
   }
   last_ = it->second.get();
   return *last_;
