@@ -78,9 +78,10 @@ EnvironmentGroup processGroupFromEnvironment(c10::DeviceType device, std::chrono
     world->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
     world->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
 #else
-    MF_THROW_USER("Communicator::fromEnvironment() for CPU tensors needs meshfuser built with Gloo headers ",
-                  "(Debian: libgloo-dev); otherwise make a Gloo c10d::ProcessGroup yourself and pass it to the ",
-                  "meshfuser::Communicator constructor");
+    // A single process never posts a collective: it needs no backend.
+    MF_USER_CHECK(size == 1, "Communicator::fromEnvironment() for CPU tensors on several ranks needs meshfuser ",
+                  "built with Gloo headers (Debian: libgloo-dev); otherwise make a Gloo c10d::ProcessGroup ",
+                  "yourself and pass it to the meshfuser::Communicator constructor");
 #endif
   } else {
     MF_THROW_USER("Communicator::fromEnvironment() makes Gloo groups for CPU tensors only; for ", device,
