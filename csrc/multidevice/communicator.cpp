@@ -32,7 +32,7 @@ void Communicator::init(const std::string& world_group, const std::string& cpu_g
 }
 
 void Communicator::initFromGroups(c10::intrusive_ptr<c10d::ProcessGroup> world, c10::intrusive_ptr<c10d::ProcessGroup> cpu,
-                        int64_t local_rank, int64_t local_size) {
+                                  int64_t local_rank, int64_t local_size) {
   MF_USER_ARG_CHECK(world, "Communicator: the world process group is null");
   world_ = std::move(world);
   cpu_ = cpu ? std::move(cpu) : world_;

@@ -33,7 +33,7 @@ class Communicator {
   // From process groups the caller already has (C++ embedders). cpu may be null (then world serves
   // control messages too). Teams are split from world (see setTeamFactory) unless a factory is set.
   void initFromGroups(c10::intrusive_ptr<c10d::ProcessGroup> world, c10::intrusive_ptr<c10d::ProcessGroup> cpu,
-            int64_t local_rank, int64_t local_size);
+                      int64_t local_rank, int64_t local_size);
   bool initialized() const { return initialized_; }
   const c10::intrusive_ptr<c10d::ProcessGroup>& worldGroup() const { return world_; }
   // Drops every process group reference (called at interpreter exit, before torch tears c10d down).
