@@ -31,8 +31,9 @@ void Communicator::init(const std::string& world_group, const std::string& cpu_g
   initialized_ = true;
 }
 
-void Communicator::initFromGroups(c10::intrusive_ptr<c10d::ProcessGroup> world, c10::intrusive_ptr<c10d::ProcessGroup> cpu,
-                                  int64_t local_rank, int64_t local_size) {
+void Communicator::initFromGroups(c10::intrusive_ptr<c10d::ProcessGroup> world,
+                                  c10::intrusive_ptr<c10d::ProcessGroup> cpu, int64_t local_rank,
+                                  int64_t local_size) {
   MF_USER_ARG_CHECK(world, "Communicator: the world process group is null");
   world_ = std::move(world);
   cpu_ = cpu ? std::move(cpu) : world_;
@@ -59,7 +60,8 @@ void Communicator::shutdown() {
 void Communicator::checkInitialized() const {
   MF_USER_CHECK(initialized_, "the Communicator is not initialized; use meshfuser.Communicator.instance() from Python, "
                               "which initializes torch.distributed from the launcher's environment, or from C++ a "
-                              "meshfuser::Communicator made from a c10d::ProcessGroup (or Communicator::fromEnvironment())");
+                              "meshfuser::Communicator made from a c10d::ProcessGroup (or "
+                              "Communicator::fromEnvironment())");
 }
 
 int64_t Communicator::indexIn(const std::vector<int64_t>& team, int64_t rank) {

@@ -39,7 +39,8 @@ EnvironmentGroup processGroupFromEnvironment(c10::DeviceType device, std::chrono
   const bool launched = !env("RANK").empty() && !env("WORLD_SIZE").empty();
   const int64_t rank = launched ? envInt("RANK", 0) : 0;
   const int64_t size = launched ? envInt("WORLD_SIZE", 1) : 1;
-  MF_USER_CHECK(size >= 1 && rank >= 0 && rank < size, "environment: RANK=", rank, " is not a rank of WORLD_SIZE=", size);
+  MF_USER_CHECK(size >= 1 && rank >= 0 && rank < size, "environment: RANK=", rank, " is not a rank of WORLD_SIZE=",
+                size);
   EnvironmentGroup result;
   result.local_rank = envInt("LOCAL_RANK", rank);
   result.local_size = envInt("LOCAL_WORLD_SIZE", size);
@@ -74,7 +75,8 @@ EnvironmentGroup processGroupFromEnvironment(c10::DeviceType device, std::chrono
     std::string ifname = env("GLOO_SOCKET_IFNAME");
     options->devices.push_back(ifname.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
                                               : c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-    auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(rank), static_cast<int>(size), options);
+    auto gloo =
+        c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(rank), static_cast<int>(size), options);
     world->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
     world->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
 #else

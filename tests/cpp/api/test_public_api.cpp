@@ -93,7 +93,8 @@ TEST(PublicApiTest, TwoDimensionalMeshSubTeams) {
     meshfuser::Executor exec(f, comm);
     auto outputs = exec.execute({full.narrow(0, k, 1).narrow(1, r, 1).contiguous()});
     at::Tensor expected = full.sum(1).narrow(0, k, 1);
-    EXPECT_TRUE(at::allclose(outputs.at(0), expected, 1e-5, 1e-5)) << "reduced over " << (reduced == ParallelType::MeshX ? "MeshX" : "MeshY") << "\n" << exec.hostProgram();
+    EXPECT_TRUE(at::allclose(outputs.at(0), expected, 1e-5, 1e-5))
+        << "reduced over " << (reduced == ParallelType::MeshX ? "MeshX" : "MeshY") << "\n" << exec.hostProgram();
   }
 }
 
