@@ -5,6 +5,9 @@
 
 #include <meshfuser/meshfuser.h>
 
+#include <cstdlib>
+#include <optional>
+
 #include "api_test.h"
 
 namespace {
@@ -96,6 +99,55 @@ TEST(PublicApiTest, TwoDimensionalMeshSubTeams) {
     EXPECT_TRUE(at::allclose(outputs.at(0), expected, 1e-5, 1e-5))
         << "reduced over " << (reduced == ParallelType::MeshX ? "MeshX" : "MeshY") << "\n" << exec.hostProgram();
   }
+}
+
+// A Communicator made from a c10d::ProcessGroup the caller already has (here: the environment one's),
+// a second one on the same group: its sub-teams must not collide with the first one's.
+TEST(PublicApiTest, CommunicatorFromAnExistingProcessGroup) {
+  meshfuser::Communicator comm(communicator().processGroup());
+  ASSERT_EQ(comm.size(), communicator().size());
+  ASSERT_EQ(comm.rank(), communicator().rank());
+  const int64_t d = comm.size(), rank = comm.rank();
+  meshfuser::DeviceMesh mesh = d == 4 ? meshfuser::DeviceMesh({0, 1, 2, 3}, {2, 2}) : meshfuser::DeviceMesh::range(d);
+  // Sum over an axis sharded on MeshX: an Allreduce over each team along MeshX (rows of a 2x2 mesh).
+  meshfuser::Fusion f;
+  auto in = f.defineTensor({d, 5});
+  auto out = meshfuser::ops::sum(in, {0});
+  f.addOutput(out);
+  const int64_t x = d == 4 ? 2 : d;
+  in.setDeviceMesh(mesh).outerSplit(0, x).parallelize(0, ParallelType::MeshX);
+  out.setDeviceMesh(mesh).outerSplit(0, x).parallelize(0, ParallelType::MeshX);
+  at::manual_seed(3);
+  at::Tensor full = at::randn({d, 5});
+  const int64_t per = d / x, xi = rank % x;
+  meshfuser::Executor exec(f, comm);
+  auto outputs = exec.execute({full.narrow(0, xi * per, per).contiguous()});
+  EXPECT_TRUE(at::allclose(outputs.at(0), full.sum(0), 1e-5, 1e-5)) << exec.hostProgram();
+  comm.barrier();
+}
+
+TEST(PublicApiTest, EnvironmentWithoutMasterPortIsAMeshfuserError) {
+  auto saved = [](const char* name) -> std::optional<std::string> {
+    const char* v = std::getenv(name);
+    return v ? std::optional<std::string>(v) : std::nullopt;
+  };
+  auto restore = [](const char* name, const std::optional<std::string>& v) {
+    if (v) setenv(name, v->c_str(), 1);
+    else unsetenv(name);
+  };
+  auto rank = saved("RANK"), size = saved("WORLD_SIZE"), port = saved("MASTER_PORT");
+  setenv("RANK", "0", 1);
+  setenv("WORLD_SIZE", "2", 1);
+  unsetenv("MASTER_PORT");
+  try {
+    meshfuser::Communicator::fromEnvironment();
+    ADD_FAILURE() << "expected a meshfuser::Error";
+  } catch (const meshfuser::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MASTER_PORT is not set"), std::string::npos) << e.what();
+  }
+  restore("RANK", rank);
+  restore("WORLD_SIZE", size);
+  restore("MASTER_PORT", port);
 }
 
 TEST(PublicApiTest, WrongInputIsAMeshfuserError) {
