@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "multidevice/process_group.h"
 #include "support/error.h"
 
 namespace mf {
@@ -32,6 +33,24 @@ void Communicator::init(const std::string& world_group, const std::string& cpu_g
   initialized_ = true;
 }
 
+void Communicator::initFromGroups(c10::intrusive_ptr<c10d::ProcessGroup> world,
+                                  c10::intrusive_ptr<c10d::ProcessGroup> cpu, int64_t local_rank,
+                                  int64_t local_size) {
+  MF_USER_ARG_CHECK(world, "Communicator: the world process group is null");
+  world_ = std::move(world);
+  cpu_ = cpu ? std::move(cpu) : world_;
+  rank_ = world_->getRank();
+  size_ = world_->getSize();
+  local_rank_ = local_rank >= 0 ? local_rank : rank_;
+  local_size_ = local_size >= 0 ? local_size : size_;
+  teams_.clear();
+  std::vector<int64_t> everyone(size_);
+  for (int64_t i = 0; i < size_; ++i) everyone[i] = i;
+  teams_[everyone] = world_;
+  id_ = nextCommunicatorId();
+  initialized_ = true;
+}
+
 void Communicator::shutdown() {
   // The bindings call this without the GIL: dropping the last reference to a Gloo group joins its
   // worker threads, and one of them may be freeing a Python-owned tensor (which takes the GIL).
@@ -44,7 +63,9 @@ void Communicator::shutdown() {
 
 void Communicator::checkInitialized() const {
   MF_USER_CHECK(initialized_, "the Communicator is not initialized; use meshfuser.Communicator.instance() from Python, "
-                              "which initializes torch.distributed from the launcher's environment");
+                              "which initializes torch.distributed from the launcher's environment, or from C++ a "
+                              "meshfuser::Communicator made from a c10d::ProcessGroup (or "
+                              "Communicator::fromEnvironment())");
 }
 
 int64_t Communicator::indexIn(const std::vector<int64_t>& team, int64_t rank) {
@@ -66,7 +87,10 @@ void Communicator::createTeams(const std::vector<std::vector<int64_t>>& teams) {
   checkInitialized();
   for (const auto& team : teams) {
     if (teams_.count(team)) continue;
-    MF_CHECK(team_factory_, "no team factory installed");
+    if (!team_factory_) {
+      teams_[team] = splitTeam(*world_, team, id_);
+      continue;
+    }
     std::string name = team_factory_(team);
     // Ranks outside the team get no group (c10d returns a non-member sentinel); keep nothing then.
     if (indexIn(team, rank_) >= 0) teams_[team] = c10d::resolve_process_group(name);

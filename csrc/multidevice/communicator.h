@@ -19,7 +19,12 @@ namespace mf {
 
 class Communicator {
  public:
+  // The process-wide instance the Python layer initializes. C++ embedders construct their own
+  // (the public meshfuser::Communicator) and pass it to the executor.
   static Communicator& instance();
+  Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
 
   // Called by the Python layer once torch.distributed is initialized. world_group names
   // meshfuser's own group over all ranks (made from the user's, with meshfuser's timeout: its
@@ -27,7 +32,12 @@ class Communicator {
   // control messages (the per-call agreement), possibly the same.
   void init(const std::string& world_group, const std::string& cpu_group, int64_t rank, int64_t size,
             int64_t local_rank, int64_t local_size);
+  // From process groups the caller already has (C++ embedders). cpu may be null (then world serves
+  // control messages too). Teams are split from world (see setTeamFactory) unless a factory is set.
+  void initFromGroups(c10::intrusive_ptr<c10d::ProcessGroup> world, c10::intrusive_ptr<c10d::ProcessGroup> cpu,
+                      int64_t local_rank, int64_t local_size);
   bool initialized() const { return initialized_; }
+  const c10::intrusive_ptr<c10d::ProcessGroup>& worldGroup() const { return world_; }
   // Drops every process group reference (called at interpreter exit, before torch tears c10d down).
   void shutdown();
   int64_t rank() const { return rank_; }
@@ -36,6 +46,8 @@ class Communicator {
   int64_t localSize() const { return local_size_; }
 
   // Creates a group for a team (called with the same teams, in the same order, on every rank).
+  // Without a factory, the team's members split it from the world group in C++
+  // (multidevice/process_group.h).
   using TeamFactory = std::function<std::string(const std::vector<int64_t>&)>;
   void setTeamFactory(TeamFactory factory) { team_factory_ = std::move(factory); }
   void createTeams(const std::vector<std::vector<int64_t>>& teams);
@@ -82,7 +94,6 @@ class Communicator {
   static int64_t indexIn(const std::vector<int64_t>& team, int64_t rank);
 
  private:
-  Communicator() = default;
   [[noreturn]] void failExchange(const std::string& what, const std::exception& e);
   void checkInitialized() const;
   void checkTeam(const std::vector<int64_t>& team) const;
@@ -93,6 +104,7 @@ class Communicator {
   c10::intrusive_ptr<c10d::ProcessGroup> world_;
   c10::intrusive_ptr<c10d::ProcessGroup> cpu_;
   TeamFactory team_factory_;
+  int64_t id_ = 0;  // distinguishes the teams of several Communicators on one world group
   std::map<std::vector<int64_t>, c10::intrusive_ptr<c10d::ProcessGroup>> teams_;
   int64_t rounds_ = 0;
   std::string broken_reason_;

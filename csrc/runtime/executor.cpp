@@ -25,19 +25,16 @@ std::string shapeText(const std::vector<int64_t>& s) {
   return r + "]";
 }
 
-int64_t currentRank() {
-  Communicator& comm = Communicator::instance();
-  return comm.initialized() ? comm.rank() : 0;
-}
+int64_t currentRank(const Communicator& comm) { return comm.initialized() ? comm.rank() : 0; }
 }  // namespace
 
-FusionExecutor::FusionExecutor(const Fusion& fusion, int64_t rank) {
+FusionExecutor::FusionExecutor(const Fusion& fusion, int64_t rank, Communicator& comm) : comm_(&comm) {
   fingerprint_ = fingerprint(fusion);
   auto copy = fusion.clone();
   if (isDumpEnabled(DumpOption::FusionIr)) std::cout << printFusion(*copy);
   runPipeline(*copy);
   program_ = lowerToHostProgram(std::move(copy), rank);
-  multi_rank_ = Communicator::instance().initialized() && Communicator::instance().size() > 1;
+  multi_rank_ = comm_->initialized() && comm_->size() > 1;
   if (isDumpEnabled(DumpOption::HostProgram)) std::cout << program_->toString();
 }
 
@@ -164,7 +161,8 @@ std::string FusionExecutor::checkRunnable(const std::vector<RuntimeValue>& input
 }
 
 std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inputs) {
-  Communicator& comm = Communicator::instance();
+  Communicator& comm = *comm_;
+  requireCommunicatorFor(*program_, comm);
   if (multi_rank_) comm.checkUsable();
   ExtentBindings bindings;
   std::string error = validate(inputs, bindings);
@@ -217,11 +215,11 @@ void injectFault(const char* where, int64_t rank) {
 
 // A c10d operation failed after the ranks agreed (a peer died, failed, or timed out): the groups
 // may hold unmatched operations from now on.
-UserError collectiveFailure(const Communication& c, int64_t rank, const std::exception& e) {
+UserError collectiveFailure(Communicator& comm, const Communication& c, int64_t rank, const std::exception& e) {
   std::string cause = e.what();
   if (auto* ce = dynamic_cast<const c10::Error*>(&e)) cause = ce->what_without_backtrace();
   std::string reason = mf::str(c.toString(), " failed on rank ", rank, " (", cause, ")");
-  Communicator::instance().markBroken(reason);
+  comm.markBroken(reason);
   return UserError(mf::str("execute: ", reason, ": another rank of its team failed, died, or did not reach this ",
                            "communication within the timeout (MESHFUSER_PG_TIMEOUT_S)"));
 }
@@ -230,7 +228,7 @@ UserError collectiveFailure(const Communication& c, int64_t rank, const std::exc
 std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings,
                                                   CallAgreement* pending) {
   const Fusion& f = program_->fusion();
-  Communicator& comm = Communicator::instance();
+  Communicator& comm = *comm_;
   if (!teams_created_ && multi_rank_) {
     comm.createTeams(program_->teams());
     teams_created_ = true;
@@ -274,7 +272,7 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
         } catch (const InternalError&) {
           throw;
         } catch (const std::exception& e) {
-          throw collectiveFailure(c, program_->rank(), e);
+          throw collectiveFailure(*comm_, c, program_->rank(), e);
         }
         break;
       }
@@ -283,7 +281,7 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
         try {
           for (auto& w : works[inst.index]) w->wait();
         } catch (const std::exception& e) {
-          throw collectiveFailure(c, program_->rank(), e);
+          throw collectiveFailure(*comm_, c, program_->rank(), e);
         }
         works[inst.index].clear();
         // Some communications finish with a local reshuffle once the data arrived.
@@ -468,14 +466,14 @@ FusionExecutor& FusionExecutorCache::executorFor(const std::vector<RuntimeValue>
   auto sig = inputSignature(inputs);
   auto it = executors_.find(sig);
   if (it == executors_.end()) {
-    it = executors_.emplace(sig, std::make_unique<FusionExecutor>(*fusion_, currentRank())).first;
+    it = executors_.emplace(sig, std::make_unique<FusionExecutor>(*fusion_, currentRank(*comm_), *comm_)).first;
   }
   last_ = it->second.get();
   return *last_;
 }
 
 void FusionExecutorCache::refuseCall(const std::string& error) {
-  Communicator& comm = Communicator::instance();
+  Communicator& comm = *comm_;
   if (!comm.initialized() || comm.size() == 1 || comm.broken() || isDisabled(DisableOption::CollectiveValidation)) return;
   agreeOnCall(comm, *fusion_, fingerprint(*fusion_), {}, {}, error, strictAgreement());
 }

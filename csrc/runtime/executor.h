@@ -15,6 +15,7 @@
 
 #include "codegen/kernel.h"
 #include "host/host_program.h"
+#include "multidevice/communicator.h"
 #include "runtime/aten_evaluator.h"
 
 namespace mf {
@@ -23,8 +24,9 @@ class CallAgreement;
 
 class FusionExecutor {
  public:
-  // Clones `fusion`, runs the pass pipeline and lowers it for `rank`.
-  FusionExecutor(const Fusion& fusion, int64_t rank);
+  // Clones `fusion`, runs the pass pipeline and lowers it for `rank`. Communications go through
+  // `comm` (the Python layer passes the process-wide instance).
+  FusionExecutor(const Fusion& fusion, int64_t rank, Communicator& comm = Communicator::instance());
   std::vector<at::Tensor> run(const std::vector<RuntimeValue>& inputs);
   const HostProgram& hostProgram() const { return *program_; }
   // What runs each segment on the last call: "expr_eval" (ATen) or a generated kernel's scheduler.
@@ -69,6 +71,7 @@ class FusionExecutor {
   bool tryRunKernel(int64_t index, std::unordered_map<const Val*, at::Tensor>& values,
                     const std::unordered_map<const Val*, c10::Scalar>& scalars);
 
+  Communicator* comm_;
   std::unique_ptr<HostProgram> program_;
   std::vector<SegmentKernel> kernels_;
   // Local reshuffles that finish a communication once its data arrived (run at its Wait).
@@ -78,12 +81,17 @@ class FusionExecutor {
   bool teams_created_ = false;
 };
 
+// A user error, naming the mesh, when `program` spans several devices and `comm` is not initialized
+// (run_communication.cpp): without it, communications would be skipped and the result wrong.
+void requireCommunicatorFor(const HostProgram& program, const Communicator& comm);
+
 // Signature of the inputs of one call: dtypes, sizes, device.
 std::vector<int64_t> inputSignature(const std::vector<RuntimeValue>& inputs);
 
 class FusionExecutorCache {
  public:
-  explicit FusionExecutorCache(std::shared_ptr<const Fusion> fusion) : fusion_(std::move(fusion)) {}
+  explicit FusionExecutorCache(std::shared_ptr<const Fusion> fusion, Communicator& comm = Communicator::instance())
+      : fusion_(std::move(fusion)), comm_(&comm) {}
   std::vector<at::Tensor> run(const std::vector<RuntimeValue>& inputs);
   // A call this rank cannot even start (`error`, e.g. an input that is not a tensor): it still
   // takes part in the per-call agreement, so that every rank raises. Throws on the other ranks.
@@ -103,6 +111,7 @@ class FusionExecutorCache {
     }
   };
   std::shared_ptr<const Fusion> fusion_;
+  Communicator* comm_;
   std::unordered_map<std::vector<int64_t>, std::unique_ptr<FusionExecutor>, Hash> executors_;
   FusionExecutor* last_ = nullptr;
 };

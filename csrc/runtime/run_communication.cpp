@@ -29,9 +29,26 @@ at::Tensor mergeBlocks(const at::Tensor& buf, int64_t axis) {
 
 }  // namespace
 
+void requireCommunicatorFor(const HostProgram& program, const Communicator& comm) {
+  if (comm.initialized()) return;
+  const Fusion& f = program.fusion();
+  auto check = [&](const Val* v) {
+    if (!v->isTensor()) return;
+    const DeviceMesh& mesh = static_cast<const TensorView*>(v)->mesh();
+    MF_USER_CHECK(mesh.size() <= 1, "execute: ", v->toString(), " lives on mesh ", mesh.toString(), " of ", mesh.size(),
+                  " devices, but the Communicator is not initialized, so this process cannot know its rank nor ",
+                  "reach the other devices. Initialize it first: from Python, meshfuser.Communicator.instance() ",
+                  "(under torchrun); from C++, pass a meshfuser::Communicator made from your c10d::ProcessGroup or ",
+                  "from meshfuser::Communicator::fromEnvironment()");
+  };
+  for (const Val* v : f.inputs()) check(v);
+  for (const Val* v : f.outputs()) check(v);
+  for (const Communication& c : program.communications()) check(c.output);
+}
+
 void FusionExecutor::runCommunication(const Communication& c, std::unordered_map<const Val*, at::Tensor>& values,
                                       const ExtentBindings& bindings, std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
-  Communicator& comm = Communicator::instance();
+  Communicator& comm = *comm_;
   const int64_t rank = program_->rank();
   c10::intrusive_ptr<c10d::Work> work;
   // Whatever `work` holds when this function returns is waited for at the communication's Wait.
@@ -50,7 +67,8 @@ void FusionExecutor::runCommunication(const Communication& c, std::unordered_map
   };
   auto finish = [&](std::function<at::Tensor()> fn) { pending_finish_[c.output] = std::move(fn); };
   auto out_options = [&](const at::Tensor& like) { return like.options().dtype(toAten(c.output->dtype())); };
-  bool solo = n == 1 || !comm.initialized();
+  // An uninitialized Communicator with n > 1 was refused by requireCommunicatorFor.
+  bool solo = n == 1;
 
   switch (c.type) {
     case CommunicationType::NoOp: {
@@ -145,7 +163,7 @@ void FusionExecutor::runCommunication(const Communication& c, std::unordered_map
 void FusionExecutor::runPointToPoint(const Communication& c, std::unordered_map<const Val*, at::Tensor>& values,
                                      const ExtentBindings& bindings,
                                      std::vector<c10::intrusive_ptr<c10d::Work>>& works) {
-  Communicator& comm = Communicator::instance();
+  Communicator& comm = *comm_;
   const int64_t rank = program_->rank();
   auto local_of = [&](const TensorView* tv) { return localShape(tv, globalShape(tv, bindings)); };
   at::TensorOptions options;

@@ -9,6 +9,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "meshfuser/error.h"
+
 namespace mf {
 
 template <typename... Args>
@@ -18,20 +20,10 @@ std::string str(const Args&... args) {
   return ss.str();
 }
 
-class UserError : public std::runtime_error {
- public:
-  explicit UserError(const std::string& msg, bool bad_argument = false)
-      : std::runtime_error(msg), bad_argument_(bad_argument) {}
-  bool badArgument() const { return bad_argument_; }
-
- private:
-  bool bad_argument_;
-};
-
-class InternalError : public std::logic_error {
- public:
-  using std::logic_error::logic_error;
-};
+// The public exception types (include/meshfuser/error.h), so that C++ users catch what the
+// runtime throws without translation.
+using UserError = ::meshfuser::Error;
+using InternalError = ::meshfuser::InternalError;
 
 [[noreturn]] void throwInternal(const char* file, int line, const char* cond, const std::string& msg);
 

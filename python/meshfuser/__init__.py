@@ -1,4 +1,6 @@
 """meshfuser: one program with global shapes and a few sharding annotations, run on 1..N devices."""
+import os as _os
+
 import torch  # noqa: F401  (loads libtorch before the extension)
 import torch.distributed  # noqa: F401  (registers c10d types the extension returns)
 
@@ -10,7 +12,12 @@ from .fusion_definition import FusionDefinition, TensorView, shard_tensor
 from .profiler import Profiler, PythonProfiler
 from . import dtensor  # noqa: F401  (meshfuser.dtensor after `import meshfuser`)
 
+# The folder to put on CMAKE_PREFIX_PATH for find_package(meshfuser) (C++ API: headers,
+# libmeshfuser and the CMake package ship inside the installed package, as PyTorch's do).
+cmake_prefix_path = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "share", "cmake")
+
 __all__ = [
     "DataType", "ParallelType", "DeviceMesh", "FusionDefinition", "TensorView", "Communicator",
     "Error", "ArgumentError", "InternalError", "Profiler", "PythonProfiler", "shard_tensor", "__version__",
+    "cmake_prefix_path",
 ]

@@ -9,6 +9,7 @@
 #include "ir/ops.h"
 #include "multidevice/communicator.h"
 #include "runtime/executor.h"
+#include "support/error.h"
 
 namespace mf {
 namespace {
@@ -81,6 +82,32 @@ TEST(ExecutorMultiRankTest, AllreduceOfLogicalSplit) {
   at::Tensor full = at::randn({d, 5});
   auto outputs = runOnAllRanks(f, {full.narrow(0, rank, 1).contiguous().to(device())});
   EXPECT_TRUE(at::allclose(outputs[0].cpu(), full.sum(0), 1e-5, 1e-5));
+}
+
+// Defect: without an initialized Communicator, a program on a mesh of several devices used to skip
+// its communications and return a wrong result. It is an error naming the mesh and what to set up.
+TEST(ExecutorMultiRankTest, UninitializedCommunicatorOnMultiDeviceMeshIsAnError) {
+  DeviceMesh mesh({0, 1});
+  Fusion f;
+  TensorView* x = defineTensor(f, {4, 3}, DataType::Float);
+  TensorView* y = reductionOp(OpType::Sum, x, {0});
+  f.addOutput(y);
+  for (TensorView* tv : {x, y}) {
+    tv->setDeviceMesh(mesh);
+    tv->split(0, 2, false);
+    tv->parallelize(0, ParallelType::DIDx);
+  }
+  Communicator uninitialized;
+  FusionExecutor executor(f, 0, uninitialized);
+  try {
+    executor.run({{at::randn({2, 3}), c10::Scalar(), true}});
+    FAIL() << "expected a UserError";
+  } catch (const UserError& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find(mesh.toString()), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Communicator is not initialized"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("meshfuser::Communicator"), std::string::npos) << msg;
+  }
 }
 
 }  // namespace

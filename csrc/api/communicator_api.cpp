@@ -1,0 +1,59 @@
+// Public C++ API: meshfuser::Communicator over the internal mf::Communicator (not the Python
+// layer's process-wide instance: each one is its own, made from the caller's process group).
+#include "meshfuser/communicator.h"
+
+#include <cstdlib>
+#include <string>
+
+#include "multidevice/communicator.h"
+#include "multidevice/process_group.h"
+#include "support/error.h"
+
+namespace meshfuser {
+namespace {
+int64_t envInt(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  try {
+    return std::stoll(v);
+  } catch (const std::exception&) {
+    MF_THROW_USER("environment variable ", name, "=", v, " is not an integer");
+  }
+}
+}  // namespace
+
+Communicator::Communicator(c10::intrusive_ptr<c10d::ProcessGroup> world) : Communicator(std::move(world), Options()) {}
+
+Communicator::Communicator(c10::intrusive_ptr<c10d::ProcessGroup> world, Options options)
+    : impl_(std::make_shared<mf::Communicator>()) {
+  MF_USER_ARG_CHECK(world, "Communicator: the process group is null");
+  int64_t local_rank = options.local_rank >= 0 ? options.local_rank : envInt("LOCAL_RANK", world->getRank());
+  int64_t local_size = options.local_size >= 0 ? options.local_size : envInt("LOCAL_WORLD_SIZE", world->getSize());
+  if (options.control_group) {
+    MF_USER_ARG_CHECK(options.control_group->getSize() == world->getSize() &&
+                          options.control_group->getRank() == world->getRank(),
+                      "Communicator: the control group (rank ", options.control_group->getRank(), " of ",
+                      options.control_group->getSize(), ") must span the same ranks as the world group (rank ",
+                      world->getRank(), " of ", world->getSize(), ")");
+  }
+  impl_->initFromGroups(std::move(world), std::move(options.control_group), local_rank, local_size);
+}
+
+Communicator Communicator::fromEnvironment(c10::DeviceType device, std::chrono::milliseconds timeout) {
+  int64_t seconds = envInt("MESHFUSER_PG_TIMEOUT_S", -1);
+  if (seconds > 0) timeout = std::chrono::seconds(seconds);
+  mf::EnvironmentGroup g = mf::processGroupFromEnvironment(device, timeout);
+  Options options;
+  options.local_rank = g.local_rank;
+  options.local_size = g.local_size;
+  return Communicator(g.world, options);
+}
+
+int64_t Communicator::rank() const { return impl_->rank(); }
+int64_t Communicator::size() const { return impl_->size(); }
+int64_t Communicator::localRank() const { return impl_->localRank(); }
+int64_t Communicator::localSize() const { return impl_->localSize(); }
+void Communicator::barrier() const { impl_->barrier(); }
+const c10::intrusive_ptr<c10d::ProcessGroup>& Communicator::processGroup() const { return impl_->worldGroup(); }
+
+}  // namespace meshfuser

@@ -1,0 +1,155 @@
+// Public C++ API (include/meshfuser/fusion.h) over the IR: thin forwarding, errors are already
+// meshfuser::Error.
+#include "meshfuser/fusion.h"
+
+#include "ir/device_mesh.h"
+#include "ir/fusion.h"
+#include "ir/ops.h"
+#include "ir/printer.h"
+#include "support/error.h"
+#include "support/version.h"
+
+namespace meshfuser {
+
+const char* version() { return mf::kVersion; }
+
+namespace {
+mf::DataType toInternal(DataType dt) { return static_cast<mf::DataType>(static_cast<int>(dt)); }
+
+mf::ParallelType toInternal(ParallelType pt) {
+  switch (pt) {
+    case ParallelType::MeshX: return mf::ParallelType::DIDx;
+    case ParallelType::MeshY: return mf::ParallelType::DIDy;
+    case ParallelType::MeshZ: return mf::ParallelType::DIDz;
+    case ParallelType::Stream: return mf::ParallelType::Stream;
+    case ParallelType::Serial: return mf::ParallelType::Serial;
+  }
+  MF_THROW_INTERNAL("unknown parallel type");
+}
+}  // namespace
+
+// Mesh ---------------------------------------------------------------------------------------------
+DeviceMesh::DeviceMesh(std::vector<int64_t> devices) : devices_(devices), shape_{static_cast<int64_t>(devices.size())} {
+  mf::DeviceMesh check(devices_);  // validates (unique ranks)
+}
+
+DeviceMesh::DeviceMesh(std::vector<int64_t> devices, std::vector<int64_t> shape)
+    : devices_(std::move(devices)), shape_(std::move(shape)) {
+  mf::DeviceMesh check(devices_, shape_);
+}
+
+DeviceMesh DeviceMesh::range(int64_t n) {
+  MF_USER_ARG_CHECK(n >= 1, "DeviceMesh::range: n must be at least 1, got ", n);
+  std::vector<int64_t> d(n);
+  for (int64_t i = 0; i < n; ++i) d[i] = i;
+  return DeviceMesh(d);
+}
+
+std::string DeviceMesh::toString() const { return mf::DeviceMesh(devices_, shape_).toString(); }
+
+// TensorView ---------------------------------------------------------------------------------------
+TensorView& TensorView::setDeviceMesh(const DeviceMesh& mesh) {
+  tv_->setDeviceMesh(mf::DeviceMesh(mesh.devices(), mesh.shape()));
+  tv_->fusion()->bump();
+  return *this;
+}
+
+TensorView& TensorView::split(int64_t axis, int64_t factor, bool inner_split) {
+  tv_->split(axis, factor, inner_split);
+  tv_->fusion()->bump();
+  return *this;
+}
+
+TensorView& TensorView::merge(int64_t axis) {
+  tv_->merge(axis, axis + 1);
+  tv_->fusion()->bump();
+  return *this;
+}
+
+TensorView& TensorView::parallelize(int64_t axis, ParallelType type) {
+  tv_->parallelize(axis, toInternal(type));
+  tv_->fusion()->bump();
+  return *this;
+}
+
+TensorView& TensorView::setAllocationAsLoop() {
+  tv_->setAllocationAsLoop();
+  tv_->fusion()->bump();
+  return *this;
+}
+
+int64_t TensorView::ndim() const { return tv_->nDims(); }
+std::string TensorView::toString() const { return tv_->domainString(); }
+
+// Fusion -------------------------------------------------------------------------------------------
+Fusion::Fusion() : impl_(std::make_shared<mf::Fusion>()) {}
+Fusion::~Fusion() = default;
+Fusion::Fusion(Fusion&&) noexcept = default;
+Fusion& Fusion::operator=(Fusion&&) noexcept = default;
+
+TensorView Fusion::defineTensor(const std::vector<int64_t>& shape, DataType dtype) {
+  return TensorView(mf::defineTensor(*impl_, shape, toInternal(dtype)));
+}
+
+void Fusion::addOutput(const TensorView& tv) {
+  MF_USER_ARG_CHECK(tv.tv_->fusion() == impl_.get(), "addOutput: ", tv.toString(), " belongs to another Fusion");
+  impl_->addOutput(tv.tv_);
+}
+
+std::string Fusion::toString() const { return mf::printFusion(*impl_); }
+
+// Ops ----------------------------------------------------------------------------------------------
+struct OpAccess {
+  static mf::TensorView* get(const TensorView& t) { return t.tv_; }
+  static TensorView make(mf::TensorView* t) { return TensorView(t); }
+  static TensorView same(const TensorView& a, const TensorView& b, const char* op) {
+    MF_USER_ARG_CHECK(a.tv_->fusion() == b.tv_->fusion(), op, ": ", a.toString(), " and ", b.toString(),
+                      " belong to different Fusions");
+    return a;
+  }
+};
+
+namespace ops {
+namespace {
+TensorView wrap(mf::TensorView* t) { return OpAccess::make(t); }
+mf::TensorView* in(const TensorView& t) { return OpAccess::get(t); }
+TensorView binary(mf::OpType op, const TensorView& a, const TensorView& b, const char* name) {
+  OpAccess::same(a, b, name);
+  return wrap(mf::binaryOp(op, in(a), in(b)));
+}
+}  // namespace
+
+TensorView linear(const TensorView& x, const TensorView& weight) {
+  OpAccess::same(x, weight, "linear");
+  return wrap(mf::linear(in(x), in(weight)));
+}
+TensorView linear(const TensorView& x, const TensorView& weight, const TensorView& bias) {
+  OpAccess::same(x, weight, "linear");
+  OpAccess::same(x, bias, "linear");
+  return wrap(mf::linear(in(x), in(weight), in(bias)));
+}
+TensorView matmul(const TensorView& a, const TensorView& b) {
+  OpAccess::same(a, b, "matmul");
+  return wrap(mf::matmul(in(a), in(b)));
+}
+TensorView add(const TensorView& a, const TensorView& b) { return binary(mf::OpType::Add, a, b, "add"); }
+TensorView sub(const TensorView& a, const TensorView& b) { return binary(mf::OpType::Sub, a, b, "sub"); }
+TensorView mul(const TensorView& a, const TensorView& b) { return binary(mf::OpType::Mul, a, b, "mul"); }
+TensorView neg(const TensorView& x) { return wrap(mf::unaryOp(mf::OpType::Neg, in(x))); }
+TensorView relu(const TensorView& x) { return wrap(mf::unaryOp(mf::OpType::Relu, in(x))); }
+TensorView gelu(const TensorView& x) { return wrap(mf::unaryOp(mf::OpType::Gelu, in(x))); }
+TensorView tanh(const TensorView& x) { return wrap(mf::unaryOp(mf::OpType::Tanh, in(x))); }
+TensorView exp(const TensorView& x) { return wrap(mf::unaryOp(mf::OpType::Exp, in(x))); }
+TensorView cast(const TensorView& x, DataType dtype) { return wrap(mf::castOp(in(x), toInternal(dtype))); }
+TensorView set(const TensorView& x) { return wrap(mf::unaryOp(mf::OpType::Set, in(x))); }
+TensorView sum(const TensorView& x, const std::vector<int64_t>& dims) {
+  return wrap(mf::reductionOp(mf::OpType::Sum, in(x), dims));
+}
+TensorView max(const TensorView& x, const std::vector<int64_t>& dims) {
+  return wrap(mf::reductionOp(mf::OpType::Max, in(x), dims));
+}
+TensorView permute(const TensorView& x, const std::vector<int64_t>& dims) { return wrap(mf::permute(in(x), dims)); }
+TensorView reshape(const TensorView& x, const std::vector<int64_t>& shape) { return wrap(mf::reshape(in(x), shape)); }
+}  // namespace ops
+
+}  // namespace meshfuser

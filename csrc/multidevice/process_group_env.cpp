@@ -1,0 +1,99 @@
+// World process group from the launcher's environment. The store: torchrun's agent store when the
+// launcher says so (TORCHELASTIC_USE_AGENT_STORE), else a TCPStore that rank 0 serves at
+// MASTER_ADDR:MASTER_PORT (as torch.distributed's env:// rendezvous does); a HashStore for a single
+// process.
+#include <torch/csrc/distributed/c10d/HashStore.hpp>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef MESHFUSER_WITH_GLOO
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+
+#include <cstdlib>
+#include <string>
+
+#include "multidevice/process_group.h"
+#include "support/error.h"
+
+namespace mf {
+namespace {
+
+std::string env(const char* name, const std::string& fallback = "") {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+int64_t envInt(const char* name, int64_t fallback) {
+  std::string v = env(name);
+  if (v.empty()) return fallback;
+  try {
+    return std::stoll(v);
+  } catch (const std::exception&) {
+    MF_THROW_USER("environment variable ", name, "=", v, " is not an integer");
+  }
+}
+
+}  // namespace
+
+EnvironmentGroup processGroupFromEnvironment(c10::DeviceType device, std::chrono::milliseconds timeout) {
+  const bool launched = !env("RANK").empty() && !env("WORLD_SIZE").empty();
+  const int64_t rank = launched ? envInt("RANK", 0) : 0;
+  const int64_t size = launched ? envInt("WORLD_SIZE", 1) : 1;
+  MF_USER_CHECK(size >= 1 && rank >= 0 && rank < size, "environment: RANK=", rank, " is not a rank of WORLD_SIZE=",
+                size);
+  EnvironmentGroup result;
+  result.local_rank = envInt("LOCAL_RANK", rank);
+  result.local_size = envInt("LOCAL_WORLD_SIZE", size);
+
+  c10::intrusive_ptr<c10d::Store> store;
+  if (size == 1) {
+    store = c10::make_intrusive<c10d::HashStore>();
+  } else {
+    std::string addr = env("MASTER_ADDR", "127.0.0.1");
+    std::string port = env("MASTER_PORT");
+    MF_USER_CHECK(!port.empty(), "environment: WORLD_SIZE=", size, " but MASTER_PORT is not set; launch with torchrun ",
+                  "or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT");
+    const bool agent_store = env("TORCHELASTIC_USE_AGENT_STORE") == "True";
+    c10d::TCPStoreOptions opts;
+    opts.port = static_cast<uint16_t>(envInt("MASTER_PORT", 0));
+    opts.isServer = !agent_store && rank == 0;
+    opts.numWorkers = size;
+    opts.timeout = timeout;
+    try {
+      store = c10::make_intrusive<c10d::TCPStore>(addr, opts);
+    } catch (const c10::Error& e) {
+      MF_THROW_USER("environment: could not reach the rendezvous store at ", addr, ":", port, " (rank ", rank,
+                    "): ", e.what_without_backtrace());
+    }
+  }
+  store = c10::make_intrusive<c10d::PrefixStore>("meshfuser", store);
+
+  auto world = c10::make_intrusive<c10d::ProcessGroup>(store, static_cast<int>(rank), static_cast<int>(size));
+  if (device == c10::DeviceType::CPU) {
+#ifdef MESHFUSER_WITH_GLOO
+    auto options = c10d::ProcessGroupGloo::Options::create(timeout);
+    std::string ifname = env("GLOO_SOCKET_IFNAME");
+    options->devices.push_back(ifname.empty() ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                              : c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    auto gloo =
+        c10::make_intrusive<c10d::ProcessGroupGloo>(store, static_cast<int>(rank), static_cast<int>(size), options);
+    world->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+    world->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+#else
+    // A single process never posts a collective: it needs no backend.
+    MF_USER_CHECK(size == 1, "Communicator::fromEnvironment() for CPU tensors on several ranks needs meshfuser ",
+                  "built with Gloo headers (Debian: libgloo-dev); otherwise make a Gloo c10d::ProcessGroup ",
+                  "yourself and pass it to the meshfuser::Communicator constructor");
+#endif
+  } else {
+    MF_THROW_USER("Communicator::fromEnvironment() makes Gloo groups for CPU tensors only; for ", device,
+                  " tensors, construct meshfuser::Communicator from your c10d::ProcessGroup (e.g. a ",
+                  "ProcessGroupNCCL)");
+  }
+  world->setGroupName("meshfuser:world");
+  world->setGroupDesc("meshfuser:world");
+  result.world = world;
+  return result;
+}
+
+}  // namespace mf

@@ -1,0 +1,115 @@
+// Defining and scheduling a fusion: tensors with *global* shapes, ops, and the sharding schedule
+// (device mesh, splits, parallel types), as in meshfuser's Python API (API.md).
+//
+//   meshfuser::Fusion f;
+//   auto inp = f.defineTensor({-1, -1, d * e});          // -1: symbolic extent
+//   auto w = f.defineTensor({e, d * e});
+//   auto out = meshfuser::ops::linear(inp, w);
+//   f.addOutput(out);
+//   for (auto tv : {inp, w, out})
+//     tv.setDeviceMesh(mesh).outerSplit(-1, d).parallelize(-2, meshfuser::ParallelType::MeshX);
+//   out.outerSplit(1, d).parallelize(1, meshfuser::ParallelType::MeshX);
+//
+// Axis positions count the loop domain, reduction axes included (linear's output ends with its
+// reduction axis: [.., m, n, r{k}]). Negative positions count from the end.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace mf {  // meshfuser's internals, opaque here
+class Fusion;
+class TensorView;
+}  // namespace mf
+
+namespace meshfuser {
+
+enum class DataType { Float, Half, BFloat16, Double, Int, Int32, Bool };
+
+// MeshX/Y/Z: an axis spread over the devices of a mesh axis (MeshX is the mesh's last axis).
+enum class ParallelType { MeshX, MeshY, MeshZ, Stream, Serial };
+
+// A dense n-D array of unique ranks.
+class DeviceMesh {
+ public:
+  explicit DeviceMesh(std::vector<int64_t> devices);              // 1-D
+  DeviceMesh(std::vector<int64_t> devices, std::vector<int64_t> shape);
+  static DeviceMesh range(int64_t n);                             // ranks 0..n-1
+  int64_t size() const { return static_cast<int64_t>(devices_.size()); }
+  const std::vector<int64_t>& devices() const { return devices_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  std::string toString() const;
+
+ private:
+  std::vector<int64_t> devices_;
+  std::vector<int64_t> shape_;
+};
+
+class Fusion;
+
+// A handle on a tensor of a Fusion; valid while that Fusion lives. Scheduling calls return *this.
+class TensorView {
+ public:
+  TensorView& setDeviceMesh(const DeviceMesh& mesh);
+  TensorView& split(int64_t axis, int64_t factor, bool inner_split = true);
+  TensorView& outerSplit(int64_t axis, int64_t factor) { return split(axis, factor, false); }
+  TensorView& innerSplit(int64_t axis, int64_t factor) { return split(axis, factor, true); }
+  TensorView& merge(int64_t axis);  // merges axis and axis + 1
+  TensorView& parallelize(int64_t axis, ParallelType type);
+  TensorView& setAllocationAsLoop();
+  int64_t ndim() const;  // of the loop domain
+  std::string toString() const;  // e.g. "T2_float[i{s0}, iDIDx{2}, ...]"
+
+ private:
+  friend class Fusion;
+  friend struct OpAccess;
+  explicit TensorView(mf::TensorView* tv) : tv_(tv) {}
+  mf::TensorView* tv_;
+};
+
+class Fusion {
+ public:
+  Fusion();
+  ~Fusion();
+  Fusion(Fusion&&) noexcept;
+  Fusion& operator=(Fusion&&) noexcept;
+  Fusion(const Fusion&) = delete;
+  Fusion& operator=(const Fusion&) = delete;
+
+  // An input with a global shape (-1: symbolic; 1: broadcast). Inputs are passed to execute in the
+  // order they were defined.
+  TensorView defineTensor(const std::vector<int64_t>& shape, DataType dtype = DataType::Float);
+  void addOutput(const TensorView& tv);
+  std::string toString() const;  // the IR with meshes and parallel types
+
+  // Internal: the definition (used by Executor).
+  const std::shared_ptr<mf::Fusion>& impl() const { return impl_; }
+
+ private:
+  std::shared_ptr<mf::Fusion> impl_;
+};
+
+namespace ops {
+TensorView linear(const TensorView& x, const TensorView& weight);
+TensorView linear(const TensorView& x, const TensorView& weight, const TensorView& bias);
+TensorView matmul(const TensorView& a, const TensorView& b);
+TensorView add(const TensorView& a, const TensorView& b);
+TensorView sub(const TensorView& a, const TensorView& b);
+TensorView mul(const TensorView& a, const TensorView& b);
+TensorView neg(const TensorView& x);
+TensorView relu(const TensorView& x);
+TensorView gelu(const TensorView& x);
+TensorView tanh(const TensorView& x);
+TensorView exp(const TensorView& x);
+TensorView cast(const TensorView& x, DataType dtype);
+TensorView set(const TensorView& x);  // a copy; resharding between its input's and its own schedule
+TensorView sum(const TensorView& x, const std::vector<int64_t>& dims);
+TensorView max(const TensorView& x, const std::vector<int64_t>& dims);
+TensorView permute(const TensorView& x, const std::vector<int64_t>& dims);
+TensorView reshape(const TensorView& x, const std::vector<int64_t>& shape);
+}  // namespace ops
+
+}  // namespace meshfuser

@@ -1,0 +1,59 @@
+"""Builds that cannot go wrong silently (issue 15): CMake refuses, with a message saying what to do,
+a compiler whose libstdc++ is newer than the one Python loads, and a Python without torch."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CMAKE = shutil.which("cmake")
+pytestmark = pytest.mark.skipif(CMAKE is None, reason="needs cmake")
+
+
+def _fake_compiler(tmp_path, glibcxx):
+    """A wrapper around g++ that reports a libstdc++ exporting up to GLIBCXX_<glibcxx> (as a second
+    GCC installation's would)."""
+    lib = tmp_path / "libstdc++.so.6"
+    lib.write_text(f"GLIBCXX_3.4\nGLIBCXX_{glibcxx}\n")
+    wrapper = tmp_path / "g++-wrapper"
+    wrapper.write_text(f"#!/bin/sh\n[ \"$1\" = -print-file-name=libstdc++.so.6 ] && {{ echo {lib}; exit 0; }}\n"
+                       "exec g++ \"$@\"\n")
+    wrapper.chmod(0o755)
+    return str(wrapper)
+
+
+def _check(compiler):
+    return subprocess.run([CMAKE, f"-DCOMPILER={compiler}", f"-DPYTHON={sys.executable}", "-P",
+                           os.path.join(ROOT, "cmake", "MeshfuserCheckLibstdcxx.cmake")],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_compiler_with_newer_libstdcxx_is_refused_naming_the_compiler_to_use(tmp_path):
+    wrapper = _fake_compiler(tmp_path, "3.4.99")
+    r = _check(wrapper)
+    assert r.returncode != 0
+    msg = " ".join((r.stdout + r.stderr).split())
+    assert wrapper in msg and "GLIBCXX_3.4.99" in msg, msg
+    assert "CXX=" in msg and "pip install --no-build-isolation ." in msg, msg
+    suggested = msg.split("CXX=")[1].split()[0]
+    assert os.path.basename(suggested) in ("g++", "c++"), msg
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_compiler_with_older_libstdcxx_is_accepted(tmp_path):
+    assert _check(_fake_compiler(tmp_path, "3.4.1")).returncode == 0
+    assert _check(shutil.which("g++")).returncode == 0
+
+
+def test_python_without_torch_is_refused_with_the_libtorch_route(tmp_path):
+    other = "/usr/bin/python3"
+    if not os.path.exists(other) or subprocess.run([other, "-c", "import torch"], capture_output=True).returncode == 0:
+        pytest.skip("needs a Python without torch")
+    r = subprocess.run([CMAKE, "-S", ROOT, "-B", str(tmp_path / "build"), "-DMESHFUSER_BUILD_TESTS=OFF",
+                        f"-DPython_EXECUTABLE={other}"], capture_output=True, text=True, timeout=300)
+    assert r.returncode != 0
+    msg = " ".join((r.stdout + r.stderr).split())
+    assert "cannot" in msg and "MESHFUSER_BUILD_PYTHON=OFF" in msg and "Torch_DIR" in msg, msg
