@@ -61,7 +61,9 @@ std::vector<Sharding> Executor::outputShardings() const {
 std::vector<std::string> Executor::communications() const {
   MF_USER_CHECK(cache_->lastExecutor(), "communications: no program yet; call execute() first");
   std::vector<std::string> names;
-  for (const auto& c : cache_->lastExecutor()->hostProgram().communications()) names.push_back(c.toString());
+  for (const auto& c : cache_->lastExecutor()->hostProgram().communications()) {
+    if (c.type != mf::CommunicationType::NoOp) names.push_back(c.toString());  // a NoOp moves nothing
+  }
   return names;
 }
 

@@ -45,8 +45,9 @@ TEST(PublicApiTest, SeedLinearReduceScatter) {
   EXPECT_TRUE(at::allclose(outputs[0], expected, 1e-4, 1e-3)) << (outputs[0] - expected).abs().max();
   EXPECT_EQ(exec.outputShardings().at(0).axisShardedOn(ParallelType::MeshX), 1);
   auto comms = exec.communications();
-  EXPECT_EQ(comms.size(), 1u) << exec.hostProgram();
-  EXPECT_EQ(countStartingWith(comms, "ReduceScatter"), 1) << exec.hostProgram();
+  // One ReduceScatter; on one device nothing is posted.
+  EXPECT_EQ(comms.size(), d > 1 ? 1u : 0u) << exec.hostProgram();
+  EXPECT_EQ(countStartingWith(comms, "ReduceScatter"), d > 1 ? 1 : 0) << exec.hostProgram();
   // A second call reuses the compiled program.
   auto again = exec.execute({full_inp.chunk(d, -1)[rank].contiguous(), full_w.chunk(d, -1)[rank].contiguous()});
   EXPECT_TRUE(at::allclose(again[0], expected, 1e-4, 1e-3));
@@ -71,7 +72,7 @@ TEST(PublicApiTest, ReduceScatterLoopSplit) {
   at::Tensor expected = full.sum(0).chunk(d, 0)[rank];
   EXPECT_TRUE(at::allclose(outputs.at(0), expected, 1e-5, 1e-5));
   EXPECT_EQ(exec.outputShardings().at(0).axisShardedOn(ParallelType::MeshX), 0);
-  EXPECT_EQ(countStartingWith(exec.communications(), "ReduceScatter"), 1) << exec.hostProgram();
+  EXPECT_EQ(countStartingWith(exec.communications(), "ReduceScatter"), d > 1 ? 1 : 0) << exec.hostProgram();
 }
 
 // Sub-teams created in C++: a 2x2 mesh whose rows and columns each reduce over their own team.
