@@ -3,7 +3,6 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <algorithm>
-#include <mutex>
 
 #include "ir/fusion.h"
 #include "multidevice/sharding.h"
@@ -57,9 +56,8 @@ namespace {
 // The dispatcher's handle for a registry name such as "aten::sum.dim_IntList" (cached: looking a
 // schema up costs more than calling it).
 const c10::OperatorHandle& atenOp(const char* qualified) {
-  static std::mutex mutex;
-  static std::unordered_map<std::string, c10::OperatorHandle> handles;
-  std::lock_guard<std::mutex> lock(mutex);
+  // Keyed by the registry's string (its address is stable); per thread, so no lock on the hot path.
+  thread_local std::unordered_map<const char*, c10::OperatorHandle> handles;
   auto it = handles.find(qualified);
   if (it != handles.end()) return it->second;
   std::string name = qualified, overload;

@@ -35,6 +35,9 @@ FusionExecutor::FusionExecutor(const Fusion& fusion, int64_t rank, Communicator&
   runPipeline(*copy);
   program_ = lowerToHostProgram(std::move(copy), rank);
   multi_rank_ = comm_->initialized() && comm_->size() > 1;
+  for (const TensorView* tv : program_->fusion().allTensors()) {
+    if (tv->hasMesh() && isSharded(tv)) sharded_tensors_.push_back(tv);
+  }
   if (isDumpEnabled(DumpOption::HostProgram)) std::cout << program_->toString();
 }
 
@@ -134,7 +137,7 @@ std::string FusionExecutor::checkRunnable(const std::vector<RuntimeValue>& input
   }
   // Uneven shards are refused everywhere, not only at inputs: a replicated tensor sharded later (a
   // LocalSlice) or an output whose extent is bound at run time must split evenly too.
-  for (const TensorView* tv : f.allTensors()) {
+  for (const TensorView* tv : sharded_tensors_) {
     auto ids = tv->logicalNoReductions();
     auto shards = shardsPerAxis(tv);
     for (size_t a = 0; a < ids.size() && a < shards.size(); ++a) {
@@ -179,7 +182,7 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
     if (!error.empty() || strict || !teams_created_) agreement->finish();
   }
   MF_USER_CHECK(error.empty(), "execute: ", error);
-  last_bindings_ = bindings;
+  if (last_bindings_ != bindings) last_bindings_ = bindings;
   if (!strict) {
     CallAgreement* pending = agreement && !agreement->finished() ? &*agreement : nullptr;
     try {

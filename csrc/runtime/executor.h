@@ -67,6 +67,7 @@ class FusionExecutor {
   // Bytes each communication sends and receives on this rank, for the last call's extents.
   std::vector<std::pair<int64_t, int64_t>> communicationBytes() const;
   ExtentBindings last_bindings_;
+  std::vector<const TensorView*> sharded_tensors_;  // checked for even shards on every call
   SegmentKernel& segmentKernel(int64_t index, const std::unordered_map<const Val*, at::Tensor>& values);
   bool tryRunKernel(int64_t index, std::unordered_map<const Val*, at::Tensor>& values,
                     const std::unordered_map<const Val*, c10::Scalar>& scalars);
