@@ -2,7 +2,8 @@
 //
 // Requires: `this` is defined by a reduction, linear or matmul; `axes` name reduction loop axes.
 //   The reductions left out of `axes` are either whole logical reductions (sum/max/min only) or the
-//   device-parallel outer part of an outer split (the multi-device case).
+//   outer part of an outer split (the multi-device case; it is parallelized on a mesh axis before
+//   or after rfactor, and validate_meshes checks that it was).
 // Guarantees: partial's root is a copy of out's logical; its logical replaces each split reduction
 //   by the split's outputs (rfactored ones stay reductions, the rest become iteration axes, marked
 //   rf); partial's loop mirrors out's loop, with iteration axes that used a parallel type now taken
@@ -59,7 +60,9 @@ TensorView* TensorView::rfactor(std::vector<int64_t> axes) {
   for (IterDomain* id : loop_) {
     if (!id->isReduction() || rfactored.count(id)) continue;
     bool whole_logical = logical_set.count(id) > 0;
-    bool device_outer = id->isDeviceDim() && id->definition() && id->definition()->kind() == IdTransform::Kind::Split &&
+    // The outer part of an outer split may still be serial here: nvFuser's order is split, rfactor,
+    // then parallelize both sides on a mesh axis (validate_meshes checks the partial's side was).
+    bool device_outer = id->definition() && id->definition()->kind() == IdTransform::Kind::Split &&
                         !id->definition()->innerSplit() && id->definition()->outputs()[0] == id &&
                         logical_set.count(id->definition()->inputs()[0]);
     bool contraction = isContraction(def->op());

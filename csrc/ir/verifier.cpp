@@ -1,5 +1,6 @@
 #include "ir/verifier.h"
 
+#include <algorithm>
 #include <functional>
 #include <map>
 #include <set>
@@ -39,7 +40,10 @@ void verifyTensor(const TensorView* tv) {
     MF_USER_CHECK(!id->extent().isConst() || id->extent().value == d, tv->toString(), ": loop axis ", i, " (",
                   id->toString(), ") is parallelized on ", toString(pt), " with extent ", id->extent().value,
                   " but the mesh has ", d, " devices along ", toString(pt), "; expected extent ", d);
-    MF_USER_CHECK(id->extent().isConst(), tv->toString(), ": loop axis ", i, " (", id->toString(),
+    // A symbolic logical axis on a mesh axis (define_tensor([-1, ...]) with axis 0 parallelized) is
+    // a logical split: its extent is the mesh size and each device holds extent 1.
+    bool logical_axis = std::find(tv->logical().begin(), tv->logical().end(), id) != tv->logical().end();
+    MF_USER_CHECK(id->extent().isConst() || logical_axis, tv->toString(), ": loop axis ", i, " (", id->toString(),
                   ") is parallelized on ", toString(pt), " but its extent is symbolic; split it by the mesh size first");
   }
 }

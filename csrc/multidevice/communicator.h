@@ -85,10 +85,6 @@ class Communicator {
   c10::intrusive_ptr<c10d::Work> broadcast(const std::vector<int64_t>& team, at::Tensor t, int64_t root);
   c10::intrusive_ptr<c10d::Work> send(const std::vector<int64_t>& team, at::Tensor t, int64_t peer);
   c10::intrusive_ptr<c10d::Work> recv(const std::vector<int64_t>& team, at::Tensor t, int64_t peer);
-  c10::intrusive_ptr<c10d::Work> gather(const std::vector<int64_t>& team, std::vector<at::Tensor> outs, at::Tensor in,
-                                        int64_t root);
-  c10::intrusive_ptr<c10d::Work> scatter(const std::vector<int64_t>& team, at::Tensor out, std::vector<at::Tensor> ins,
-                                         int64_t root);
 
   // Position of `rank` in `team`.
   static int64_t indexIn(const std::vector<int64_t>& team, int64_t rank);

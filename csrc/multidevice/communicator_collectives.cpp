@@ -100,26 +100,4 @@ c10::intrusive_ptr<c10d::Work> Communicator::recv(const std::vector<int64_t>& te
   return b->recv(ts, static_cast<int>(indexIn(team, peer)), 0);
 }
 
-c10::intrusive_ptr<c10d::Work> Communicator::gather(const std::vector<int64_t>& team, std::vector<at::Tensor> outs,
-                                                    at::Tensor in, int64_t root) {
-  auto b = backend(team, in.device().type());
-  c10d::GatherOptions opts;
-  opts.rootRank = indexIn(team, root);
-  std::vector<std::vector<at::Tensor>> output_lists;
-  if (rank_ == root) output_lists.push_back(std::move(outs));
-  std::vector<at::Tensor> inputs = {in};
-  return b->gather(output_lists, inputs, opts);
-}
-
-c10::intrusive_ptr<c10d::Work> Communicator::scatter(const std::vector<int64_t>& team, at::Tensor out,
-                                                     std::vector<at::Tensor> ins, int64_t root) {
-  auto b = backend(team, out.device().type());
-  c10d::ScatterOptions opts;
-  opts.rootRank = indexIn(team, root);
-  std::vector<std::vector<at::Tensor>> input_lists;
-  if (rank_ == root) input_lists.push_back(std::move(ins));
-  std::vector<at::Tensor> outputs = {out};
-  return b->scatter(outputs, input_lists, opts);
-}
-
 }  // namespace mf

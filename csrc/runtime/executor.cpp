@@ -90,6 +90,10 @@ std::string FusionExecutor::validate(const std::vector<RuntimeValue>& inputs, Ex
                      " but got ", local, " (input shape ", shapeText(t.sizes().vec()), ")");
         }
       } else {
+        if (device_axis && local != 1) {
+          return mf::str("input ", i, " (", tv->toString(), ") axis ", a, " is a device axis (", toString(id->parallelType()),
+                         "): each device holds extent 1 of it, but got ", local);
+        }
         int64_t global = local * shards[a];
         std::string symbol = f.canonicalSymbol(id->extent().symbol);
         auto [it, inserted] = bindings.emplace(symbol, global);
