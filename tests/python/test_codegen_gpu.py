@@ -3,7 +3,7 @@ every op x dtype, odd and aligned shapes, broadcast patterns, reductions, and ra
 Needs a CUDA GPU; on machines without one these tests are skipped (missing resource)."""
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import assume, HealthCheck, given, settings, strategies as st
 
 import meshfuser
 from meshfuser import DataType, FusionDefinition
@@ -93,6 +93,9 @@ def test_random_pointwise_fusions(ops, rows, cols, dtype, bias):
     torch.manual_seed(0)
     inputs = [torch.randn(rows, cols, dtype=dtype) * 0.5, torch.randn((cols,) if bias else (rows, cols), dtype=dtype) * 0.5]
     reference = build(DataType.Float).execute([t.float() for t in inputs])[0].to(dtype)
+    # Chains of exp overflow; past float's range CUDA's and the CPU's expf may round differently to
+    # inf, and inf then meets ops whose value there differs (seen: gelu). Finite results are compared.
+    assume(bool(torch.isfinite(reference).all()))
     with meshfuser.Profiler() as prof:
         result = build(DTYPES[dtype]).execute([t.cuda() for t in inputs])[0].cpu()
     assert "pointwise" in [k.scheduler for k in prof.profile.kernel_profiles]
