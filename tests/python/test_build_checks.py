@@ -57,3 +57,23 @@ def test_python_without_torch_is_refused_with_the_libtorch_route(tmp_path):
     assert r.returncode != 0
     msg = " ".join((r.stdout + r.stderr).split())
     assert "cannot" in msg and "MESHFUSER_BUILD_PYTHON=OFF" in msg and "Torch_DIR" in msg, msg
+
+
+def test_module_that_does_not_import_fails_the_build(tmp_path):
+    # The post-build step imports the module in a fresh Python; one that crashes or fails there
+    # fails the build, naming the compiler and the one to use.
+    bogus = tmp_path / "_C.so"
+    bogus.write_text("not a shared object")
+    r = subprocess.run([CMAKE, f"-DPYTHON={sys.executable}", f"-DMODULE={bogus}", "-DCOMPILER=/opt/other-gcc/bin/g++",
+                        "-P", os.path.join(ROOT, "cmake", "MeshfuserImportCheck.cmake")], capture_output=True, text=True)
+    assert r.returncode != 0
+    assert "the module built by /opt/other-gcc/bin/g++ does not import" in r.stderr, r.stderr
+    assert "CXX=/usr/bin/g++" in r.stderr, r.stderr
+
+
+def test_module_that_imports_passes_the_post_build_check():
+    import meshfuser
+    module = meshfuser._C.__file__
+    r = subprocess.run([CMAKE, f"-DPYTHON={sys.executable}", f"-DMODULE={module}", "-DCOMPILER=g++", "-P",
+                        os.path.join(ROOT, "cmake", "MeshfuserImportCheck.cmake")], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
