@@ -19,12 +19,6 @@
 namespace mf {
 
 namespace {
-std::string shapeText(const std::vector<int64_t>& s) {
-  std::string r = "[";
-  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
-  return r + "]";
-}
-
 int64_t currentRank(const Communicator& comm) { return comm.initialized() ? comm.rank() : 0; }
 }  // namespace
 
@@ -87,7 +81,7 @@ std::string FusionExecutor::validate(const std::vector<RuntimeValue>& inputs, Ex
         if (local != expected) {
           return mf::str("input ", i, " (", tv->toString(), ") axis ", a, ": expected local extent ", expected,
                      shards[a] > 1 ? mf::str(" (global ", global, " over ", shards[a], " devices)") : std::string(),
-                     " but got ", local, " (input shape ", shapeText(t.sizes().vec()), ")");
+                     " but got ", local, " (input shape ", listText(t.sizes().vec()), ")");
         }
       } else {
         if (device_axis && local != 1) {

@@ -17,6 +17,7 @@
 #include "host/host_program.h"
 #include "multidevice/communicator.h"
 #include "runtime/aten_evaluator.h"
+#include "support/text.h"
 
 namespace mf {
 
@@ -105,11 +106,7 @@ class FusionExecutorCache {
 
  private:
   struct Hash {
-    size_t operator()(const std::vector<int64_t>& v) const {
-      size_t h = 1469598103934665603ull;
-      for (int64_t x : v) h = (h ^ static_cast<size_t>(x)) * 1099511628211ull;
-      return h;
-    }
+    size_t operator()(const std::vector<int64_t>& v) const { return static_cast<size_t>(fnv1a(v)); }
   };
   std::shared_ptr<const Fusion> fusion_;
   Communicator* comm_;
