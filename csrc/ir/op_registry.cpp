@@ -83,6 +83,10 @@ std::vector<OpInfo> buildTable() {
   t.push_back(unary(OpType::Sqrt, "sqrt", D::FloatIfIntegral, "aten::sqrt", "sqrtf({0})"));
   t.push_back(unary(OpType::Reciprocal, "reciprocal", D::FloatIfIntegral, "aten::reciprocal", "1.0f / {0}"));
   t.push_back(unary(OpType::Silu, "silu", D::FloatIfIntegral, "aten::silu", "{0} / (1.0f + expf(-{0}))"));
+  t.push_back(unary(OpType::Rsqrt, "rsqrt", D::FloatIfIntegral, "aten::rsqrt", "rsqrtf({0})"));
+  t.push_back(unary(OpType::Erf, "erf", D::FloatIfIntegral, "aten::erf", "erff({0})"));
+  t.push_back(unary(OpType::Sin, "sin", D::FloatIfIntegral, "aten::sin", "sinf({0})"));
+  t.push_back(unary(OpType::Cos, "cos", D::FloatIfIntegral, "aten::cos", "cosf({0})"));
   OpInfo cast = unary(OpType::Cast, "cast", D::Attribute, "aten::to.dtype", "{0}");
   cast.attrs = kAttrDtype;
   cast.aten_args = AtenArgs::Dtype;

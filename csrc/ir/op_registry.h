@@ -22,7 +22,7 @@ class Expr;
 
 enum class OpType {
   // unary
-  Set, Neg, Abs, Exp, Log, Tanh, Relu, Gelu, Sigmoid, Sqrt, Reciprocal, Silu, Cast,
+  Set, Neg, Abs, Exp, Log, Tanh, Relu, Gelu, Sigmoid, Sqrt, Reciprocal, Silu, Rsqrt, Erf, Sin, Cos, Cast,
   // binary
   Add, Sub, Mul, Div, Maximum, Minimum, Pow, Eq, Ne, Lt, Le, Gt, Ge,
   // ternary

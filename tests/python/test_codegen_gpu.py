@@ -11,7 +11,7 @@ from meshfuser import DataType, FusionDefinition
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 
 DTYPES = {torch.float32: DataType.Float, torch.float16: DataType.Half, torch.bfloat16: DataType.BFloat16}
-UNARY = ["neg", "abs", "exp", "tanh", "relu", "gelu", "sigmoid", "silu"]
+UNARY = ["neg", "abs", "exp", "tanh", "relu", "gelu", "sigmoid", "silu", "erf", "sin", "cos"]
 BINARY = ["add", "sub", "mul", "maximum", "minimum"]
 
 

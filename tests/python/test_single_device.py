@@ -41,6 +41,10 @@ UNARY = {
     "sqrt": (torch.sqrt, True),
     "reciprocal": (torch.reciprocal, False),
     "silu": (F.silu, False),
+    "rsqrt": (torch.rsqrt, True),
+    "erf": (torch.erf, False),
+    "sin": (torch.sin, False),
+    "cos": (torch.cos, False),
 }
 
 
