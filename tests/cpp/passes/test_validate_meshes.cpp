@@ -68,5 +68,21 @@ TEST(ValidateMeshes, RefusesDeviceAxisWithoutMesh) {
                   "is parallelized on DIDx but the tensor has no device mesh");
 }
 
+// split -> rfactor -> parallelize: the partial's per-device axis must end up on a mesh axis.
+TEST(ValidateMeshes, RefusesARfactorLeftSerial) {
+  expectPassError("validate_meshes", R"IR(Fusion {
+  input T0_float[i0{4}, i1{3}] mesh=[0 1]
+  T2 = sum(T0, dims=[0])
+    T2_float[i5{2}rf, r6{2}rf, i3{3}] mesh=[0 1]
+    root: [r4{4}, i3{3}]
+    OuterSplit(r4{4}, factor 2) -> i5{2}rf, r6{2}rf
+  T1 = sum(T2, dims=[0])
+    T1_float[r7{2}, i8{3}] mesh=[0 1]
+  outputs: T1
+}
+)IR",
+                  "is the outer part of a split reduction that was rfactored");
+}
+
 }  // namespace
 }  // namespace mf
