@@ -1,14 +1,17 @@
 // propagate_shardings
 // Requires: validate_meshes ran (inputs of a multi-device fusion have meshes).
-// Guarantees: every tensor has a mesh when any does. Tensors the user gave a mesh are never
-//   changed. Others get, forward, each device parallel type from the first input that has it
-//   (in the order the op registry prefers: linear's weight, bias, input; matmul's B then A;
-//   otherwise the most parallel input first), and
-//   then, backward from consumers, the parallel types still missing (fusion inputs never get new
-//   ones). No tensor ends up with two axes of one parallel type.
+// Guarantees: every tensor has a mesh when any does. The data layout of tensors the user gave a
+//   mesh is never changed. Others get, forward, each device parallel type from the first input that
+//   has it (in the order the op registry prefers: linear's weight, bias, input; matmul's B then A;
+//   otherwise the most parallel input first), and then, backward from consumers, the parallel types
+//   still missing (fusion inputs never get new ones). No tensor ends up with two iteration axes of
+//   one parallel type. An annotated reduction whose operands are sharded along the reduced axis
+//   gets that device split on its reduction axis (a partial result reduced across devices) when
+//   that moves fewer bytes than resharding the operands (addReductionSplitIfCheaper).
 #include <algorithm>
 #include <set>
 
+#include "ir/domain_map.h"
 #include "multidevice/propagation.h"
 #include "multidevice/sharding.h"
 #include "passes/pass.h"
@@ -42,6 +45,54 @@ std::vector<size_t> referenceOrder(const Expr* e) {
   return order;
 }
 
+// Elements of tv's global shape, or -1 when an extent is symbolic.
+int64_t staticNumel(const TensorView* tv) {
+  int64_t n = 1;
+  for (const IterDomain* id : tv->logicalNoReductions()) {
+    if (!id->extent().isConst()) return -1;
+    n *= id->extent().value;
+  }
+  return n;
+}
+
+// A reduction (linear, matmul, sum) whose operands are sharded on pt along an axis it reduces can run
+// as a local partial result plus one reduction across devices (a ReduceScatter when the output is
+// also sharded on pt, else an Allreduce). The output's reduction axes are not part of its data, so
+// giving an annotated output that device split changes no layout the user asked for. It is given
+// when it moves fewer bytes than making the operands whole along that axis (each sharded operand
+// moves at least (d-1)/d of itself): (d-1)/d |out| for a ReduceScatter, twice that for an Allreduce.
+// With symbolic extents the partial result is assumed cheaper (the operands hold the contraction).
+void addReductionSplitIfCheaper(Expr* e, ParallelType pt) {
+  TensorView* out = e->out();
+  if (!reduces(e->op()) || !out->hasMesh() || !out->mesh().hasParallelType(pt)) return;
+  for (IterDomain* id : out->loop()) {
+    if (id->parallelType() == pt && id->isReduction()) return;
+  }
+  int64_t k_axis = -1;
+  bool whole = false;
+  int64_t operand_elements = 0;
+  bool symbolic = false;
+  for (size_t i = 0; i < e->inputs().size(); ++i) {
+    if (!e->input(i)->isTensor()) continue;
+    auto* in = static_cast<TensorView*>(e->input(i));
+    if (!in->hasMesh() || in->mesh() != out->mesh() || shardedLoopId(in, pt) == nullptr) continue;
+    DeviceSplit s = deviceSplit(in, pt);
+    int64_t c = mapProducerToConsumer(e, i)[s.axis];
+    if (c < 0 || !out->rootOrLogical()[c]->isReduction()) continue;
+    if (k_axis >= 0 && k_axis != c) return;
+    k_axis = c;
+    whole = s.whole_axis;
+    int64_t n = staticNumel(in);
+    symbolic |= n < 0;
+    operand_elements += std::max<int64_t>(n, 0);
+  }
+  if (k_axis < 0) return;
+  int64_t out_elements = staticNumel(out);
+  bool scattered = shardedLoopId(out, pt) != nullptr;
+  bool cheaper = symbolic || out_elements < 0 || (scattered ? 1 : 2) * out_elements <= operand_elements;
+  if (cheaper) shardAxis(out, k_axis, pt, out->mesh().size(pt), whole, /*beside_other_kind=*/true);
+}
+
 class PropagateShardingsPass : public Pass {
  public:
   const char* name() const override { return "propagate_shardings"; }
@@ -61,6 +112,10 @@ class PropagateShardingsPass : public Pass {
       for (size_t i : referenceOrder(e)) {
         shardConsumerLikeProducer(e, i, all);
       }
+    }
+    for (Expr* e : exprs) {
+      if (!annotated.count(e->out())) continue;
+      for (ParallelType pt : all) addReductionSplitIfCheaper(e, pt);
     }
     for (auto it = exprs.rbegin(); it != exprs.rend(); ++it) {
       Expr* e = *it;

@@ -107,6 +107,41 @@ TEST(PropagateShardings, WholeAxisDeviceSplitPropagates) {
 )IR");
 }
 
+// The output is annotated with only its sequence split; its operands are sharded along the
+// contraction, and a partial product plus a ReduceScatter (32 elements) moves fewer bytes than
+// resharding x and w (768 elements), so the reduction axis gets the device split (rDIDx).
+TEST(PropagateShardings, AnnotatedReductionGetsTheCheaperDeviceSplit) {
+  expectPass("propagate_shardings", R"IR(Fusion {
+  input T0_float[i0{8}, i1{64}] mesh=[0 1]
+    OuterSplit(i1{64}, factor 2) -> iDIDx7{2}, i8{32}
+    loop: [i0{8}, iDIDx7{2}, i8{32}]
+  input T1_float[i2{4}, i3{64}] mesh=[0 1]
+    OuterSplit(i3{64}, factor 2) -> iDIDx9{2}, i10{32}
+    loop: [i2{4}, iDIDx9{2}, i10{32}]
+  T2 = linear(T0, T1)
+    T2_float[i4{8}, i5{4}, r6{64}] mesh=[0 1]
+    OuterSplit(i4{8}, factor 2) -> iDIDx11{2}, i12{4}
+    loop: [iDIDx11{2}, i12{4}, i5{4}, r6{64}]
+  outputs: T2
+}
+)IR",
+             R"IR(Fusion {
+  input T0_float[i0{8}, i1{64}] mesh=[0 1]
+    OuterSplit(i1{64}, factor 2) -> iDIDx7{2}, i8{32}
+    loop: [i0{8}, iDIDx7{2}, i8{32}]
+  input T1_float[i2{4}, i3{64}] mesh=[0 1]
+    OuterSplit(i3{64}, factor 2) -> iDIDx9{2}, i10{32}
+    loop: [i2{4}, iDIDx9{2}, i10{32}]
+  T2 = linear(T0, T1)
+    T2_float[i4{8}, i5{4}, r6{64}] mesh=[0 1]
+    OuterSplit(i4{8}, factor 2) -> iDIDx11{2}, i12{4}
+    OuterSplit(r6{64}, factor 2) -> rDIDx13{2}, r14{32}
+    loop: [iDIDx11{2}, i12{4}, i5{4}, rDIDx13{2}, r14{32}]
+  outputs: T2
+}
+)IR");
+}
+
 // An axis whose extent does not divide by the mesh size cannot take the sharding.
 TEST(PropagateShardings, RefusesIndivisibleExtent) {
   expectPassError("propagate_shardings", R"IR(Fusion {

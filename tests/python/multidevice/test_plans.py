@@ -115,10 +115,10 @@ def _mlp(d, t, h, sequence_parallel):
         _shard(w1, mesh, 0)
         _shard(w2, mesh, 1)
         if sequence_parallel:
-            # As nvFuser's sequence-parallel layers write it: the output's contraction is reduced
-            # across devices (rDIDx) and its sequence axis scattered (iDIDx).
+            # Only the sequence split of the output is annotated; the cost model reduces the second
+            # linear across devices (its operands are sharded along the contraction) and scatters it.
             _shard(x, mesh, 0)
-            _shard(out, mesh, -1, -2)
+            out.set_device_mesh(mesh)
             out.split(0, d, False)
             out.axis(0).parallelize(ParallelType.mesh_x)
         else:
@@ -229,3 +229,54 @@ def test_two_dimensional_mesh_data_and_tensor_parallel(multidevice_test):
     partial = (m // 2) * n * F32
     assert comms == [("Allreduce", partial, partial)]  # 2 (n-1)/n * P with n = 2, within each row
     torch.testing.assert_close(res.cpu(), F.linear(ux, uw).chunk(2, 0)[y], rtol=RTOL, atol=ATOL)
+
+
+def _row_parallel_unannotated_reduction(d, m, n, k, scatter):
+    """Row-parallel linear whose output the user annotated without the reduction's device split."""
+    mesh = DeviceMesh(range(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([m, d * k])
+        w = fd.define_tensor([n, d * k])
+        out = fd.ops.linear(x, w)
+        fd.add_output(out)
+        _shard(x, mesh, -1, -2)
+        _shard(w, mesh, -1, -2)
+        out.set_device_mesh(mesh)
+        if scatter:
+            out.split(0, d, False)
+            out.axis(0).parallelize(ParallelType.mesh_x)
+    return fd, mesh
+
+
+@pytest.mark.parametrize("scatter", [False, True], ids=["replicated_out", "scattered_out"])
+def test_cost_model_reduces_across_devices_when_cheaper(multidevice_test, scatter):
+    # A small output and large operands: a partial product plus one reduction across devices moves
+    # fewer bytes than gathering x and w, so the compiler adds the reduction's device split.
+    d, rank, dev = multidevice_test.size, multidevice_test.rank, multidevice_test.device
+    m, n, k = 2 * d, 4, 64
+    fd, mesh = _row_parallel_unannotated_reduction(d, m, n, k, scatter)
+    ux, uw = torch.randn(m, d * k), torch.randn(n, d * k)
+    (out,), comms = _plan(fd, [mesh.shard_tensor(ux, 1, rank).to(dev), mesh.shard_tensor(uw, 1, rank).to(dev)])
+    expected = F.linear(ux, uw)
+    partial = m * n * F32
+    if scatter:
+        assert comms == _expect(d, ("ReduceScatter", (d - 1) * partial // d, (d - 1) * partial // d))
+        torch.testing.assert_close(out.cpu(), mesh.shard_tensor(expected, 0, rank), rtol=RTOL, atol=ATOL)
+    else:
+        assert comms == _expect(d, ("Allreduce", 2 * (d - 1) * partial // d, 2 * (d - 1) * partial // d))
+        torch.testing.assert_close(out.cpu(), expected, rtol=RTOL, atol=ATOL)
+
+
+def test_cost_model_gathers_operands_when_cheaper(multidevice_test):
+    # A large output and a short contraction: gathering x and w moves fewer bytes than an Allreduce
+    # of the whole output, so no reduction across devices is added.
+    d, rank, dev = multidevice_test.size, multidevice_test.rank, multidevice_test.device
+    m, n, k = 64, 64, 1
+    fd, mesh = _row_parallel_unannotated_reduction(d, m, n, k, scatter=False)
+    ux, uw = torch.randn(m, d * k), torch.randn(n, d * k)
+    (out,), comms = _plan(fd, [mesh.shard_tensor(ux, 1, rank).to(dev), mesh.shard_tensor(uw, 1, rank).to(dev)])
+    kinds = [c[0] for c in comms]
+    assert "Allreduce" not in kinds and kinds == (["Allgather", "Allgather"] if d > 1 else []), comms
+    sent = sum(c[1] for c in comms)
+    assert sent == (d - 1) * (m * k + n * k) * F32  # each rank sends its x and w shards to d-1 peers
+    torch.testing.assert_close(out.cpu(), F.linear(ux, uw), rtol=RTOL, atol=ATOL)
