@@ -89,7 +89,7 @@ std::vector<int64_t> mapReshape(const Expr* e, size_t input_index) {
   return map;
 }
 
-// out = [batch..., n?, r{k}]; input 0 is x, 1 the weight, 2 the bias.
+// out = [batch..., out_features (0, 1 or 2 axes), r{k}]; input 0 is x, 1 the weight, 2 the bias.
 std::vector<int64_t> mapLinear(const Expr* e, size_t input_index) {
   Ranks r = ranksOf(e, input_index);
   std::vector<int64_t> map(r.prank, -1);
@@ -98,14 +98,12 @@ std::vector<int64_t> mapLinear(const Expr* e, size_t input_index) {
     for (int64_t p = 0; p + 1 < prank; ++p) map[p] = p;
     map[prank - 1] = crank - 1;
   } else if (input_index == 1) {
-    if (prank == 2) {
-      map[0] = crank - 2;
-      map[1] = crank - 1;
-    } else {
-      map[0] = crank - 1;
-    }
-  } else if (prank == 1) {
-    map[0] = crank - 2;
+    // [out_features..., k]: the output axes end the output's iteration axes, k is its reduction.
+    for (int64_t p = 0; p < prank; ++p) map[p] = crank - prank + p;
+  } else {
+    // The bias has the weight's output axes (or one of extent 1/out_features): right-aligned
+    // against them, just before r{k}.
+    for (int64_t p = 0; p < prank; ++p) map[p] = crank - 1 - prank + p;
   }
   return map;
 }

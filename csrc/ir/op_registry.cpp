@@ -140,6 +140,7 @@ std::vector<OpInfo> buildTable() {
   linear.propagation_order = {1, 2, 0};
   linear.bias_input = 2;
   linear.aten = "aten::linear";
+  linear.aten_args = AtenArgs::FoldedWeight;
   linear.no_cuda = matmul.no_cuda;
   t.push_back(linear);
   for (size_t k = 0; k < t.size(); ++k) {

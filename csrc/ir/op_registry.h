@@ -75,6 +75,8 @@ enum class AtenArgs {
   AttrDims,        // aten(x, dims)
   LocalShape,      // aten(x, this rank's shape of the output)
   BroadcastInDim,  // view with the output's rank, then expand to the local output shape
+  FoldedWeight,    // Operands, with a weight of several output axes (and its bias) folded to one
+                   // for the call and the output unfolded again (linear with a 3-D weight)
 };
 
 // For expr `e` and its tensor input at `input_index`: result[p] is the index into the consumer's

@@ -347,7 +347,9 @@ TensorView* linear(TensorView* x, TensorView* w, TensorView* bias) {
   auto xi = x->logicalNoReductions();
   auto wi = w->logicalNoReductions();
   MF_USER_ARG_CHECK(xi.size() >= 1, "linear: input ", x->toString(), " needs at least one axis");
-  MF_USER_ARG_CHECK(wi.size() == 1 || wi.size() == 2, "linear: weight ", w->toString(), " must be 1-D or 2-D; got ",
+  // A 3-D weight [a, b, k] is the 2-D weight [a*b, k] with its output features split logically
+  // (e.g. [d, n/d, k] sharded on its first axis); the output then ends [.., a, b].
+  MF_USER_ARG_CHECK(wi.size() >= 1 && wi.size() <= 3, "linear: weight ", w->toString(), " must be 1-D, 2-D or 3-D; got ",
                     wi.size(), "-D");
   MF_USER_ARG_CHECK(x->dtype() == w->dtype(), "linear: input and weight dtypes differ: ", toString(x->dtype()), " vs ",
                     toString(w->dtype()));
@@ -359,11 +361,12 @@ TensorView* linear(TensorView* x, TensorView* w, TensorView* bias) {
   if (!kx->extent().isConst() && !kw->extent().isConst()) f.unifySymbols(kx->extent().symbol, kw->extent().symbol);
   std::vector<IterDomain*> ids;
   for (size_t i = 0; i + 1 < xi.size(); ++i) ids.push_back(freshLike(f, xi[i], xi[i]->iterType()));
-  if (wi.size() == 2) ids.push_back(freshLike(f, wi[0], wi[0]->iterType()));
+  for (size_t i = 0; i + 1 < wi.size(); ++i) ids.push_back(freshLike(f, wi[i], wi[i]->iterType()));
   ids.push_back(freshLike(f, kx, IterType::Reduction));
   if (bias != nullptr) {
     auto bi = bias->logicalNoReductions();
-    MF_USER_ARG_CHECK(bi.size() <= 1, "linear: bias ", bias->toString(), " must be 0-D or 1-D; got ", bi.size(), "-D");
+    MF_USER_ARG_CHECK(bi.size() <= 1 || bi.size() + 1 == wi.size(), "linear: bias ", bias->toString(),
+                      " must be 0-D, 1-D or have the weight's output axes (", wi.size() - 1, "-D); got ", bi.size(), "-D");
     MF_USER_ARG_CHECK(bias->dtype() == x->dtype(), "linear: bias dtype ", toString(bias->dtype()), " differs from input dtype ",
                       toString(x->dtype()));
     if (bi.size() == 1 && wi.size() == 2) {

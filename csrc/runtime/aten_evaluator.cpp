@@ -140,6 +140,23 @@ at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in,
       result = dims.empty() ? x : callAten(info.aten, {x, dims}, {{"dtype", toAten(out->dtype())}});
       break;
     }
+    case AtenArgs::FoldedWeight: {
+      at::Tensor w = in[1].tensor;
+      if (w.dim() <= 2) {
+        result = callAten(info.aten, in.size() > 2 ? std::vector<c10::IValue>{x, w, in[2].tensor}
+                                                    : std::vector<c10::IValue>{x, w});
+        break;
+      }
+      std::vector<int64_t> out_axes(w.sizes().begin(), w.sizes().end() - 1);
+      at::Tensor w2 = w.reshape({-1, w.size(-1)});
+      c10::IValue bias;
+      if (in.size() > 2) bias = in[2].tensor.dim() > 1 ? in[2].tensor.reshape({-1}) : in[2].tensor;
+      at::Tensor flat = callAten(info.aten, {x, w2, bias});
+      std::vector<int64_t> shape(flat.sizes().begin(), flat.sizes().end() - 1);
+      shape.insert(shape.end(), out_axes.begin(), out_axes.end());
+      result = flat.reshape(shape);
+      break;
+    }
     case AtenArgs::Operands: {
       std::vector<c10::IValue> args;
       for (const RuntimeValue& v : in) {

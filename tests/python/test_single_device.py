@@ -227,6 +227,15 @@ def test_reduction(op, dims, keepdim, dtype):
     _check(out, [REDUCTIONS[op](x, dims, keepdim)])
 
 
+def test_linear_with_a_three_dimensional_weight_and_bias():
+    x, w, b = torch.randn(3, 5, 8), torch.randn(2, 4, 8), torch.randn(2, 4)
+
+    def define(fd):
+        return fd.ops.linear(fd.define_tensor([3, 5, 8]), fd.define_tensor([2, 4, 8]), fd.define_tensor([2, 4]))
+    _, out = _run(define, [x, w, b])
+    _check(out, [F.linear(x, w.reshape(8, 8), b.reshape(8)).reshape(3, 5, 2, 4)])
+
+
 def test_sum_keepdim_next_to_a_broadcast_axis():
     # x is defined [-1, 1]: its second axis is a broadcast axis that keepdim keeps as it is.
     x = torch.randn(5, 1)

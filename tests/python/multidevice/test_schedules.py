@@ -90,3 +90,36 @@ def test_stream_parallel_axis_is_refused(multidevice_test):
         out.axis(0).parallelize(ParallelType.stream)
     with pytest.raises(meshfuser.Error, match="ParallelType.stream"):
         fd.execute([torch.randn(4 * d, 3).to(dev)])
+
+
+@pytest.mark.parametrize("gather", [False, True], ids=["sharded_out", "gathered_out"])
+def test_linear_with_a_three_dimensional_weight(multidevice_test, gather):
+    # The weight's output features split logically into [d, n/d]: sharded on the first axis, the
+    # linear runs locally; gathering its output is one Allgather.
+    d, rank, dev = multidevice_test.size, multidevice_test.rank, multidevice_test.device
+    mesh = DeviceMesh(range(d))
+    m, n_per, k = 5, 4, 8
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([m, k])
+        w = fd.define_tensor([d, n_per, k])
+        b = fd.define_tensor([d, n_per])
+        y = fd.ops.linear(x, w, b)
+        out = fd.ops.set(y) if gather else y
+        fd.add_output(out)
+        x.set_device_mesh(mesh)
+        for tv in (w, b, y):
+            tv.set_device_mesh(mesh)
+        w.axis(0).parallelize(ParallelType.mesh_x)
+        b.axis(0).parallelize(ParallelType.mesh_x)
+        y.axis(1).parallelize(ParallelType.mesh_x)
+        if gather:
+            out.set_device_mesh(mesh)
+    ux, uw, ub = torch.randn(m, k), torch.randn(d, n_per, k), torch.randn(d, n_per)
+    (res,), comms = _comms(fd, [ux.to(dev), uw[rank:rank + 1].to(dev), ub[rank:rank + 1].to(dev)])
+    expected = torch.nn.functional.linear(ux, uw.reshape(d * n_per, k), ub.reshape(-1)).reshape(m, d, n_per)
+    if gather:
+        assert communication_kinds(comms) == (["Allgather"] if d > 1 else []), comms
+        torch.testing.assert_close(res.cpu(), expected, rtol=1.3e-6, atol=1e-4)
+    else:
+        assert comms == []
+        torch.testing.assert_close(res.cpu(), expected[:, rank:rank + 1], rtol=1.3e-6, atol=1e-4)
