@@ -2,7 +2,7 @@
 //
 // Requires: a KernelSegment (exprs topologically ordered) and one KernelTensorArg per tensor input
 // (or one per input Val, scalar entries ignored). Guarantees on success: every op is pointwise, cast,
-// broadcast_in_dim, squeeze, permute or one of at most one sum/max/min; every tensor is float, half,
+// broadcast_in_dim, squeeze, permute or a sum/max/min; every tensor is float, half,
 // bfloat16 or bool; no output has a root domain; Analysis::shape holds the local (per-device) sizes
 // of every tensor, propagated from the args with the ATen evaluator's rules.
 #include <algorithm>
@@ -165,14 +165,7 @@ bool analyzeSegment(const KernelSegment& segment, const std::vector<KernelTensor
         return false;
       }
     }
-    if (isReduction(e->op())) {
-      if (a->reduction != nullptr) {
-        *why = str("the segment has more than one reduction (", a->reduction->toString(), " and ", e->toString(),
-                   "); a generated kernel holds at most one");
-        return false;
-      }
-      a->reduction = e;
-    }
+    if (isReduction(e->op())) a->reductions.push_back(e);
     const TensorView* out = e->out();
     if (!checkDtype(out, why)) return false;
     std::vector<int64_t> shape;
@@ -180,6 +173,7 @@ bool analyzeSegment(const KernelSegment& segment, const std::vector<KernelTensor
     a->shape[out] = shape;
     a->producer[out] = e;
   }
+  if (a->reductions.size() == 1) a->reduction = a->reductions[0];
   for (const TensorView* tv : segment.outputs) {
     if (!a->producer.count(tv)) {
       *why = str("output ", tv->toString(), " is not produced by the segment");

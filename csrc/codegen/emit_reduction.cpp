@@ -135,7 +135,12 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
   os << "#pragma unroll\n    for (int k = 0; k < " << v << "; ++k) mf_acc[k] = " << initValue(op) << ";\n";
   os << "    if (col < " << s.rows << ") {\n";
   emitLoop("threadIdx.y", ty, s.red,
-           [&](const std::string& j) { return timesText(j, s.rows) + " + col"; },
+           [&](const std::string& j) {
+             if (s.inner_kept == s.rows) return timesText(j, s.rows) + " + col";
+             const std::string b = std::to_string(s.inner_kept);
+             return "(col / " + b + ") * " + std::to_string(s.red * s.inner_kept) + " + " + timesText(j, s.inner_kept) +
+                    " + col % " + b;
+           },
            [&](const std::string& ind) {
              os << ind << "mf_acc[" << lane << "] = " << combine(op, "mf_acc[" + lane + "]", tensorLocal(x)) << ";\n";
            },

@@ -27,9 +27,24 @@ std::optional<GeneratedKernel> generateKernel(const KernelSegment& segment, cons
     return std::nullopt;
   }
   GeneratedKernel k;
-  bool pointwise = s.kind == codegen::Kind::Pointwise;
-  k.scheduler = pointwise ? "pointwise" : "reduction";
-  std::string text = pointwise ? codegen::emitPointwise(a, s, kNameToken) : codegen::emitReduction(a, s, kNameToken);
+  std::string text;
+  switch (s.kind) {
+    case codegen::Kind::Pointwise:
+      k.scheduler = "pointwise";
+      text = codegen::emitPointwise(a, s, kNameToken);
+      break;
+    case codegen::Kind::Normalization:
+      k.scheduler = "normalization";
+      text = codegen::emitNormalization(a, s, kNameToken);
+      break;
+    case codegen::Kind::Transpose:
+      k.scheduler = "transpose";
+      text = codegen::emitTranspose(a, s, kNameToken);
+      break;
+    default:
+      k.scheduler = "reduction";
+      text = codegen::emitReduction(a, s, kNameToken);
+  }
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(fnv1a(text)));
   k.name = "mf_" + k.scheduler + "_" + hex;

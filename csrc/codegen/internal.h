@@ -9,7 +9,9 @@
 //   region.cpp     iteration domains: which domain axis every tensor axis walks (Region), and the
 //                  collapsed index plan of the tensors loaded in a region (IndexPlan)
 //   scheduler.cpp  pointwise vs reduction, inner vs outer, vector width and launch config (Schedule)
-//   emit_common.cpp / emit_pointwise.cpp / emit_reduction.cpp   CUDA text
+//   normalization.cpp  the persistent normalization plan (NormPlan): stages, loops, launch
+//   emit_common.cpp / emit_pointwise.cpp / emit_reduction.cpp / emit_normalization.cpp /
+//   emit_transpose.cpp   CUDA text
 //   generate.cpp   generateKernel: the steps above, then naming by hash
 #pragma once
 
@@ -32,7 +34,8 @@ struct Analysis {
   std::unordered_map<const TensorView*, std::vector<int64_t>> shape;  // local sizes of every tensor
   std::unordered_map<const TensorView*, const KernelTensorArg*> arg;  // segment input tensors only
   std::unordered_map<const TensorView*, const Expr*> producer;        // tensors defined in the segment
-  const Expr* reduction = nullptr;                                    // the single reduction, if any
+  std::vector<const Expr*> reductions;                               // every sum/max/min, in order
+  const Expr* reduction = nullptr;                                    // the reduction when there is exactly one
 };
 
 // Checks dtypes and ops, binds args, propagates local shapes.
@@ -66,6 +69,10 @@ bool buildRegion(const Analysis& a, const std::vector<const Expr*>& exprs, const
                  const std::vector<const TensorView*>& anchors, const std::vector<const TensorView*>& stop,
                  const std::vector<const TensorView*>& forbidden, Region* r, std::string* why);
 
+// The map of input `in` of `e` (which domain axis each runtime axis of `in` walks) given the map of
+// e's output, through the op's axis map; axes of local extent 1 walk none (-1).
+std::vector<int> inputMap(const Analysis& a, const Expr* e, const TensorView* in, const std::vector<int>& out_map);
+
 // How loaded tensors are indexed from a flat domain index: the domain with adjacent axes merged
 // where every loaded tensor allows it, and each loaded tensor's stride per merged axis (0 on axes
 // it broadcasts). `linear`: the tensor is contiguous over the whole domain (offset = flat index).
@@ -77,7 +84,29 @@ struct IndexPlan {
 };
 IndexPlan planIndexing(const Analysis& a, const Region& r);
 
-enum class Kind { Pointwise, InnerReduction, OuterReduction };
+enum class Kind { Pointwise, InnerReduction, OuterReduction, Normalization, Transpose };
+
+// A persistent (row-at-a-time) normalization: reductions over the innermost axes whose results are
+// combined again with values of the row (softmax, RMSNorm, LayerNorm and their backward). The
+// domain is the reduction input's non-1 extents, [kept..., reduced...]; a row is one kept index.
+// A tensor `varies` when it changes along the reduced axes (one value per element of the row);
+// otherwise it holds one value per row. Its `stage` is how many block-wide combines it waits for;
+// the kernel runs loops 0..last_loop over the row, loop s accumulating the reductions whose input
+// has stage s and computing the varying tensors whose `home` is s.
+struct NormPlan {
+  std::vector<int64_t> kept, reduced;                                // domain extents
+  std::unordered_map<const TensorView*, std::vector<int>> axis_map;  // runtime axis -> domain axis
+  std::unordered_map<const TensorView*, bool> varies;
+  std::unordered_map<const TensorView*, int> stage;
+  std::unordered_map<const TensorView*, int> home;  // varying tensors: the loop that computes or loads it
+  std::vector<const TensorView*> loads;             // segment inputs read, segment input order
+  std::vector<const TensorView*> row_outputs;       // outputs with one value per row
+  int last_loop = 0;
+  bool persistent = true;  // the row stays in registers between loops; else every loop re-reads it
+  int64_t iters = 1;       // persistent: vector groups per thread per row
+  Region row_region, col_region;  // the kept / reduced halves of the domain, for offsets
+  IndexPlan row_index, col_index;
+};
 
 struct Schedule {
   Kind kind = Kind::Pointwise;
@@ -89,7 +118,15 @@ struct Schedule {
   bool index64 = false;
   // Reductions: rows x reduced extent. Inner: X viewed as [rows, red]; outer: as [red, rows].
   int64_t rows = 1, red = 1;
+  // Outer reductions over middle axes, X = [outer kept, red, inner kept]: the inner kept extent
+  // (== rows for a plain outer reduction); column c of rows is (c / inner_kept, c % inner_kept).
+  int64_t inner_kept = 1;
   KernelLaunch launch;
+  NormPlan norm;  // Normalization only
+  // Transpose: the merged domain axis (of main_index.dims) along which the transposed loads are
+  // contiguous; tiles of 32 x 32 over (that axis, the innermost axis) go through shared memory.
+  int64_t transpose_axis = -1;
+  std::vector<const TensorView*> transposed;  // loads read through the tile
 };
 
 bool chooseSchedule(const Analysis& a, const CodegenOptions& options, Schedule* s, std::string* why);
@@ -135,6 +172,13 @@ std::string timesText(const std::string& expr, int64_t n);
 // ---- kernels ----
 std::string emitPointwise(const Analysis& a, const Schedule& s, const std::string& name_token);
 std::string emitReduction(const Analysis& a, const Schedule& s, const std::string& name_token);
+std::string emitNormalization(const Analysis& a, const Schedule& s, const std::string& name_token);
+std::string emitTranspose(const Analysis& a, const Schedule& s, const std::string& name_token);
+
+// scheduler.cpp helpers shared with normalization.cpp
+bool scheduleNormalization(const Analysis& a, const CodegenOptions& options, Schedule* s, std::string* why);
+int64_t floorPow2(int64_t v);
+int64_t ceilDiv(int64_t a, int64_t b);
 
 }  // namespace codegen
 }  // namespace mf

@@ -21,7 +21,8 @@ std::string mapText(const std::vector<int>& m) {
   return t + "]";
 }
 
-// The map of input `in` of `e` given the map of e's output, through the op's axis map.
+}  // namespace
+
 std::vector<int> inputMap(const Analysis& a, const Expr* e, const TensorView* in, const std::vector<int>& out_map) {
   const auto& in_shape = a.shape.at(in);
   std::vector<int> m(in_shape.size(), -1);
@@ -34,6 +35,8 @@ std::vector<int> inputMap(const Analysis& a, const Expr* e, const TensorView* in
   }
   return m;
 }
+
+namespace {
 
 bool setMap(const Analysis& a, Region* r, const TensorView* tv, const std::vector<int>& m, std::string* why) {
   const auto& shape = a.shape.at(tv);

@@ -43,10 +43,6 @@
 
 namespace mf {
 namespace codegen {
-namespace {
-
-constexpr int64_t kInt32Max = 2147483647LL;
-constexpr int64_t kThreadsPerSm = 2048;
 
 int64_t ceilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -55,6 +51,12 @@ int64_t floorPow2(int64_t v) {
   while (p * 2 <= v) p *= 2;
   return p;
 }
+
+namespace {
+
+constexpr int64_t kInt32Max = 2147483647LL;
+constexpr int64_t kThreadsPerSm = 2048;
+
 
 std::vector<int64_t> non1(const std::vector<int64_t>& s) {
   std::vector<int64_t> r;
@@ -96,12 +98,46 @@ int64_t chooseVectorWidth(const Analysis& a, const Region& r, const IndexPlan& p
   return 1;
 }
 
+// A load contiguous along another axis than the outputs' innermost one would be read with a
+// stride: when all such loads share that axis, 32 x 32 tiles over (it, innermost) go through
+// shared memory so that both the strided loads and the output stores are coalesced.
+bool chooseTranspose(const Analysis& a, const CodegenOptions& o, Schedule* s) {
+  const IndexPlan& p = s->main_index;
+  const int64_t n = static_cast<int64_t>(p.dims.size());
+  if (n < 2 || p.dims.back() < 2) return false;
+  int64_t axis = -1;
+  for (const TensorView* tv : s->main.loads) {
+    const auto& st = p.strides.at(tv);
+    if (st.back() == 1 || st.back() == 0) continue;
+    int64_t contiguous = -1;
+    for (int64_t d = 0; d + 1 < n; ++d) {
+      if (st[static_cast<size_t>(d)] == 1 && p.dims[static_cast<size_t>(d)] > 1) contiguous = d;
+    }
+    if (contiguous < 0 || (axis >= 0 && axis != contiguous)) return false;
+    axis = contiguous;
+    s->transposed.push_back(tv);
+  }
+  if (axis < 0) return false;
+  s->kind = Kind::Transpose;
+  s->transpose_axis = axis;
+  s->vec = 1;
+  s->launch.block_x = 32;
+  s->launch.block_y = 8;
+  int64_t tiles = s->main.numel() / (p.dims[static_cast<size_t>(axis)] * p.dims.back()) *
+                  ceilDiv(p.dims[static_cast<size_t>(axis)], 32) * ceilDiv(p.dims.back(), 32);
+  s->launch.grid_x = std::max<int64_t>(1, std::min(tiles, o.sm_count * 8));
+  s->index64 = s->main.numel() + 64 * p.dims.back() > kInt32Max || p.max_offset > kInt32Max ||
+               tiles + s->launch.grid_x > kInt32Max;
+  return true;
+}
+
 bool schedulePointwise(const Analysis& a, const CodegenOptions& o, Schedule* s, std::string* why) {
   const KernelSegment& seg = *a.segment;
   s->kind = Kind::Pointwise;
   std::vector<const TensorView*> anchors(seg.outputs.begin(), seg.outputs.end());
   if (!buildRegion(a, seg.exprs, non1(a.shape.at(seg.outputs[0])), anchors, {}, {}, &s->main, why)) return false;
   s->main_index = planIndexing(a, s->main);
+  if (chooseTranspose(a, o, s)) return true;
   s->vec = chooseVectorWidth(a, s->main, s->main_index);
   int64_t groups = s->main.numel() / s->vec;
   int64_t block = groups <= 128 * o.sm_count ? 128 : 256;
@@ -170,13 +206,27 @@ bool scheduleReduction(const Analysis& a, const CodegenOptions& o, Schedule* s, 
     }
     return true;
   };
+  // kept* reduced+ kept+ : an outer reduction of every [reduced, inner kept] slice (middle axes).
+  s->inner_kept = s->rows;
   if (sorted(false)) s->kind = Kind::InnerReduction;
   else if (sorted(true)) s->kind = Kind::OuterReduction;
   else {
-    *why = str(red->toString(), ": the reduced axes of ", x->toString(),
-               " are neither all innermost nor all outermost (a middle-axis reduction); not supported by the CUDA "
-               "generator");
-    return false;
+    size_t first_reduced = 0, i = 0;
+    while (!reduced_flags[first_reduced]) ++first_reduced;
+    for (i = first_reduced; i < reduced_flags.size() && reduced_flags[i]; ++i) {}
+    bool middle = std::none_of(reduced_flags.begin() + static_cast<std::ptrdiff_t>(i), reduced_flags.end(),
+                               [](bool f) { return f; });
+    if (!middle) {
+      *why = str(red->toString(), ": the reduced axes of ", x->toString(),
+                 " are not adjacent (kept axes between them); the CUDA generator reduces one run of adjacent axes");
+      return false;
+    }
+    s->kind = Kind::OuterReduction;
+    s->inner_kept = 1;
+    for (size_t k = 0, d = 0; k < xs.size(); ++k) {
+      if (xs[k] == 1) continue;
+      if (d++ >= i) s->inner_kept *= xs[k];
+    }
   }
   auto is_output = [&](const TensorView* tv) {
     return std::find(seg.outputs.begin(), seg.outputs.end(), tv) != seg.outputs.end();
@@ -202,7 +252,7 @@ bool scheduleReduction(const Analysis& a, const CodegenOptions& o, Schedule* s, 
 
   KernelLaunch& l = s->launch;
   const bool inner = s->kind == Kind::InnerReduction;
-  s->vec = chooseVectorWidth(a, s->main, s->main_index, inner ? s->red : s->rows);
+  s->vec = chooseVectorWidth(a, s->main, s->main_index, inner ? s->red : s->inner_kept);
   int64_t bound = 0;  // an upper bound of every index the kernel computes
   if (inner) {
     bool warp_per_row = s->red <= 256 || (s->red <= 2048 && s->rows >= 2 * o.sm_count);
@@ -239,8 +289,21 @@ bool scheduleReduction(const Analysis& a, const CodegenOptions& o, Schedule* s, 
 }  // namespace
 
 bool chooseSchedule(const Analysis& a, const CodegenOptions& options, Schedule* s, std::string* why) {
-  if (a.reduction == nullptr) return schedulePointwise(a, options, s, why);
-  return scheduleReduction(a, options, s, why);
+  if (a.reductions.empty()) return schedulePointwise(a, options, s, why);
+  // One reduction with a plain epilogue takes the reduction kernel; a result broadcast back into
+  // the row, or several reductions, take the normalization kernel.
+  std::string reduction_why;
+  if (a.reduction != nullptr) {
+    Schedule r;
+    if (scheduleReduction(a, options, &r, &reduction_why)) {
+      *s = std::move(r);
+      return true;
+    }
+  }
+  std::string norm_why;
+  if (scheduleNormalization(a, options, s, &norm_why)) return true;
+  *why = reduction_why.empty() ? norm_why : str("reduction kernel: ", reduction_why, "; normalization kernel: ", norm_why);
+  return false;
 }
 
 }  // namespace codegen

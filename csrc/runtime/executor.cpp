@@ -104,7 +104,10 @@ std::string FusionExecutor::validate(const std::vector<RuntimeValue>& inputs, Ex
 
 std::string FusionExecutor::schedulerOf(int64_t segment) const {
   size_t i = static_cast<size_t>(segment);
-  return i < kernels_.size() && kernels_[i].kernel ? kernels_[i].kernel->scheduler : "expr_eval";
+  if (i >= kernels_.size() || kernels_[i].lastSchedulers().empty()) return "expr_eval";
+  std::string names;
+  for (const std::string& n : kernels_[i].lastSchedulers()) names += (names.empty() ? "" : "+") + n;
+  return names;
 }
 
 std::vector<std::string> FusionExecutor::segmentSchedulers() const {
@@ -254,7 +257,19 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
       case HostInstruction::Kind::RunSegment: {
         RECORD_FUNCTION("meshfuser::segment", std::vector<c10::IValue>());
         runSegment(inst.index, values, scalars, bindings, use_kernels);
-        if (profile) profile->kernels().push_back({"segment " + std::to_string(inst.index), schedulerOf(inst.index)});
+        if (profile) {
+          const auto* names = inst.index < static_cast<int64_t>(kernels_.size()) && use_kernels
+                                  ? &kernels_[inst.index].lastSchedulers()
+                                  : nullptr;
+          if (names == nullptr || names->empty()) {
+            profile->kernels().push_back({"segment " + std::to_string(inst.index), "expr_eval"});
+          } else {
+            for (size_t k = 0; k < names->size(); ++k) {
+              std::string name = "segment " + std::to_string(inst.index) + (names->size() > 1 ? "." + std::to_string(k) : "");
+              profile->kernels().push_back({name, (*names)[k]});
+            }
+          }
+        }
         break;
       }
       case HostInstruction::Kind::PostCommunication: {
@@ -333,73 +348,10 @@ RuntimeValue scalarValue(const Val* v, const std::unordered_map<const Val*, c10:
   }
   return rv;
 }
-}  // namespace
-
-FusionExecutor::SegmentKernel& FusionExecutor::segmentKernel(int64_t index,
-                                                             const std::unordered_map<const Val*, at::Tensor>& values) {
-  if (kernels_.size() != program_->segments().size()) kernels_.resize(program_->segments().size());
-  SegmentKernel& sk = kernels_[index];
-  if (sk.tried) return sk;
-  sk.tried = true;
-  const Fusion& f = program_->fusion();
-  const std::vector<Expr*>& exprs = program_->segments()[index].exprs;
-  std::unordered_set<const Expr*> in_segment(exprs.begin(), exprs.end());
-  sk.segment = makeKernelSegment(exprs, [&](const Val* v) {
-    if (f.isOutput(v)) return true;
-    for (const Expr* use : v->uses()) {
-      if (!in_segment.count(use)) return true;
-    }
-    return false;
-  });
-  for (const Val* v : sk.segment.inputs) {
-    if (v->isTensor()) sk.args.push_back(kernelArgOf(values.at(v)));
-  }
-  CodegenOptions options;
-  options.sm_count = currentSmCount();
-  std::string why_not;
-  sk.kernel = generateKernel(sk.segment, sk.args, options, &why_not);
-  if (sk.kernel) {
-    if (isDumpEnabled(DumpOption::CudaKernel)) std::cout << sk.kernel->source << std::endl;
-  } else if (isDumpEnabled(DumpOption::Fallback)) {
-    std::cout << "meshfuser: segment " << index << " runs on the ATen evaluator: " << why_not << std::endl;
-  }
-  return sk;
-}
-
-bool FusionExecutor::tryRunKernel(int64_t index, std::unordered_map<const Val*, at::Tensor>& values,
-                                  const std::unordered_map<const Val*, c10::Scalar>& scalars) {
-  SegmentKernel& sk = segmentKernel(index, values);
-  if (!sk.kernel) return false;
-  std::vector<at::Tensor> ins;
-  std::vector<double> scalar_args;
-  size_t arg = 0;
-  for (const Val* v : sk.segment.inputs) {
-    if (!v->isTensor()) {
-      scalar_args.push_back(scalarValue(v, scalars).scalar.toDouble());
-      continue;
-    }
-    const at::Tensor& t = values.at(v);
-    KernelTensorArg now = kernelArgOf(t);
-    const KernelTensorArg& then = sk.args[arg++];
-    // The kernel bakes in sizes, strides and alignment; anything else takes the ATen path.
-    if (now.sizes != then.sizes || now.strides != then.strides || now.alignment_bytes < then.alignment_bytes) return false;
-    ins.push_back(t);
-  }
-  std::vector<at::Tensor> outs;
-  for (size_t i = 0; i < sk.segment.outputs.size(); ++i) {
-    const TensorView* tv = sk.segment.outputs[i];
-    outs.push_back(at::empty(sk.kernel->output_sizes[i], ins.at(0).options().dtype(toAten(tv->dtype()))));
-  }
-  launchGeneratedKernel(*sk.kernel, ins, outs, scalar_args);
-  for (size_t i = 0; i < outs.size(); ++i) values[sk.segment.outputs[i]] = outs[i];
-  return true;
-}
-
-void FusionExecutor::runSegment(int64_t index, std::unordered_map<const Val*, at::Tensor>& values,
-                                const std::unordered_map<const Val*, c10::Scalar>& scalars,
-                                const ExtentBindings& bindings, bool allow_kernels) {
-  if (allow_kernels && tryRunKernel(index, values, scalars)) return;
-  for (const Expr* e : program_->segments()[index].exprs) {
+// The ATen evaluator over `exprs` in order, reading and writing `values`.
+void evaluateExprs(const std::vector<Expr*>& exprs, std::unordered_map<const Val*, at::Tensor>& values,
+                   const std::unordered_map<const Val*, c10::Scalar>& scalars, const ExtentBindings& bindings) {
+  for (const Expr* e : exprs) {
     std::vector<RuntimeValue> ins;
     ins.reserve(e->inputs().size());
     for (const Val* v : e->inputs()) {
@@ -417,6 +369,25 @@ void FusionExecutor::runSegment(int64_t index, std::unordered_map<const Val*, at
   }
 }
 
+}  // namespace
+
+void FusionExecutor::runSegment(int64_t index, std::unordered_map<const Val*, at::Tensor>& values,
+                                const std::unordered_map<const Val*, c10::Scalar>& scalars,
+                                const ExtentBindings& bindings, bool allow_kernels) {
+  auto eval = [&](const std::vector<Expr*>& exprs, std::unordered_map<const Val*, at::Tensor>& vals) {
+    evaluateExprs(exprs, vals, scalars, bindings);
+  };
+  const std::vector<Expr*>& exprs = program_->segments()[index].exprs;
+  if (!allow_kernels) {
+    eval(exprs, values);
+    return;
+  }
+  if (kernels_.size() != program_->segments().size()) kernels_.resize(program_->segments().size());
+  kernels_[index].run(exprs, program_->fusion(), values, eval,
+                      [&](const Val* v) { return scalarValue(v, scalars).scalar.toDouble(); },
+                      /*launch=*/true, "segment " + std::to_string(index));
+}
+
 std::vector<std::string> FusionExecutor::generatedKernels(const std::vector<RuntimeValue>& inputs) {
   // Walks the program on meta tensors: shapes and strides as a real run would see them.
   const Fusion& f = program_->fusion();
@@ -430,11 +401,22 @@ std::vector<std::string> FusionExecutor::generatedKernels(const std::vector<Runt
     else scalars[f.inputs()[i]] = inputs[i].scalar;
   }
   std::vector<std::string> sources;
+  if (kernels_.size() != program_->segments().size()) kernels_.resize(program_->segments().size());
   for (const HostInstruction& inst : program_->instructions()) {
     if (inst.kind == HostInstruction::Kind::RunSegment) {
-      SegmentKernel& sk = segmentKernel(inst.index, values);
-      if (sk.kernel) sources.push_back(sk.kernel->source);
-      runSegment(inst.index, values, scalars, bindings, /*allow_kernels=*/false);
+      SegmentKernels& sk = kernels_[inst.index];
+      if (sk.planned()) {
+        runSegment(inst.index, values, scalars, bindings, /*allow_kernels=*/false);
+      } else {  // plans the pieces on the meta values, evaluating each with ATen
+        sk.run(program_->segments()[inst.index].exprs, f, values,
+               [&](const std::vector<Expr*>& exprs, std::unordered_map<const Val*, at::Tensor>& vals) {
+                 evaluateExprs(exprs, vals, scalars, bindings);
+               },
+               [](const Val*) { return 0.0; }, /*launch=*/false, "segment " + std::to_string(inst.index));
+      }
+      for (const auto& piece : sk.pieces()) {
+        if (piece.kernel) sources.push_back(piece.kernel->source);
+      }
     } else if (inst.kind == HostInstruction::Kind::PostCommunication) {
       const Communication& c = program_->communications()[inst.index];
       auto shape = localShape(c.output, globalShape(c.output, bindings));

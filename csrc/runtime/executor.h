@@ -17,6 +17,7 @@
 #include "host/host_program.h"
 #include "multidevice/communicator.h"
 #include "runtime/aten_evaluator.h"
+#include "runtime/segment_kernels.h"
 #include "support/text.h"
 
 namespace mf {
@@ -54,13 +55,6 @@ class FusionExecutor {
   void runPointToPoint(const Communication& c, std::unordered_map<const Val*, at::Tensor>& values,
                        const ExtentBindings& bindings, std::vector<c10::intrusive_ptr<c10d::Work>>& works);
 
-  // One compute segment: its generated kernel, when codegen supports it on these inputs.
-  struct SegmentKernel {
-    bool tried = false;
-    KernelSegment segment;
-    std::optional<GeneratedKernel> kernel;
-    std::vector<KernelTensorArg> args;  // what the kernel was generated for
-  };
   void runSegment(int64_t index, std::unordered_map<const Val*, at::Tensor>& values,
                   const std::unordered_map<const Val*, c10::Scalar>& scalars, const ExtentBindings& bindings,
                   bool allow_kernels);
@@ -69,13 +63,10 @@ class FusionExecutor {
   std::vector<std::pair<int64_t, int64_t>> communicationBytes() const;
   ExtentBindings last_bindings_;
   std::vector<const TensorView*> sharded_tensors_;  // checked for even shards on every call
-  SegmentKernel& segmentKernel(int64_t index, const std::unordered_map<const Val*, at::Tensor>& values);
-  bool tryRunKernel(int64_t index, std::unordered_map<const Val*, at::Tensor>& values,
-                    const std::unordered_map<const Val*, c10::Scalar>& scalars);
 
   Communicator* comm_;
   std::unique_ptr<HostProgram> program_;
-  std::vector<SegmentKernel> kernels_;
+  std::vector<SegmentKernels> kernels_;  // per compute segment: its generated kernels
   // Local reshuffles that finish a communication once its data arrived (run at its Wait).
   std::unordered_map<const Val*, std::function<at::Tensor()>> pending_finish_;
   bool multi_rank_ = false;

@@ -103,3 +103,127 @@ def test_random_pointwise_fusions(ops, rows, cols, dtype, bias):
     # relative error by the magnitude of their argument (exp(exp(x)) at 80 turns 1e-7 into 1e-5).
     tol = {torch.float32: 2e-4, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
     torch.testing.assert_close(result, reference, rtol=tol, atol=tol, equal_nan=True)
+
+
+# ---- normalizations (one generated kernel per fusion) ----
+import os  # noqa: E402
+import sys  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+import norm_patterns  # noqa: E402
+
+ALL_DTYPES = {**DTYPES}
+WIDTHS = [1, 7, 1000, 4097, 65537, (1 << 20) + 3]
+
+
+def rows_for(cols):
+    return max(2, min(1000, (1 << 21) // cols))
+
+
+def assert_matches(result, reference):
+    for r, e in zip(result, reference):
+        tol = {torch.float32: 1e-4, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[e.dtype]
+        torch.testing.assert_close(r.cpu(), e, rtol=tol, atol=1e-5 if e.dtype == torch.float32 else tol,
+                                   equal_nan=True)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("transposed", [False, True], ids=["contiguous", "transposed"])
+@pytest.mark.parametrize("cols", WIDTHS)
+@pytest.mark.parametrize("dtype", list(ALL_DTYPES))
+@pytest.mark.parametrize("name", list(norm_patterns.PATTERNS))
+def test_normalization_kernels(name, dtype, cols, transposed):
+    rows = rows_for(cols)
+    with FusionDefinition() as fd:
+        getattr(norm_patterns, name)(fd, ALL_DTYPES[dtype], rows, cols)
+    torch.manual_seed(0)
+    inputs = norm_patterns.make_inputs(name, dtype, rows, cols, transposed)
+    reference = fd.execute(inputs)
+    with meshfuser.Profiler() as prof:
+        result = fd.execute([t.cuda() for t in inputs])
+    assert [k.scheduler for k in prof.profile.kernel_profiles] == ["normalization"]
+    assert_matches(result, reference)
+
+
+def test_transposed_add_kernel():
+    with FusionDefinition() as fd:
+        norm_patterns.transposed_add(fd, DataType.BFloat16, 1000, 777)
+    torch.manual_seed(0)
+    inputs = norm_patterns.make_inputs("transposed_add", torch.bfloat16, 1000, 777)
+    reference = fd.execute(inputs)
+    with meshfuser.Profiler() as prof:
+        result = fd.execute([t.cuda() for t in inputs])
+    assert [k.scheduler for k in prof.profile.kernel_profiles] in (["pointwise"], ["transpose"])
+    assert_matches(result, reference)
+
+
+PRE = ["neg", "abs", "exp", "tanh", "relu", "sigmoid", "silu", "sin"]
+COMBINE = ["add", "sub", "mul", "div", "maximum", "minimum"]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(pre=st.lists(st.sampled_from(PRE), max_size=3), reduce_op=st.sampled_from(["sum", "max", "min"]),
+       combine=st.sampled_from(COMBINE), post=st.lists(st.sampled_from(PRE), max_size=2),
+       second=st.booleans(), rows=st.integers(1, 64), cols=st.sampled_from([1, 3, 64, 100, 256, 1000, 2048, 5000]),
+       dtype=st.sampled_from(list(DTYPES)), weight=st.booleans(), keep_stat=st.booleans())
+def test_random_normalization_fusions(pre, reduce_op, combine, post, second, rows, cols, dtype, weight, keep_stat):
+    """A random prologue, a reduction broadcast back and combined with the row, an optional second
+    reduction of the result (broadcast back again), a random epilogue; optionally a weight along
+    the row and the first statistic as a second output. One normalization kernel, ATen's numbers."""
+    def build(dt):
+        with FusionDefinition() as fd:
+            x = fd.ops.cast(fd.define_tensor([-1, -1], dtype=dt), DataType.Float)
+            w = fd.ops.cast(fd.define_tensor([-1], dtype=dt), DataType.Float) if weight else None
+            t = x
+            for op in pre:
+                t = getattr(fd.ops, op)(t)
+            stat = getattr(fd.ops, reduce_op)(t, [1])
+            b = fd.ops.broadcast_in_dim(stat, [-1, cols], [0])
+            if combine == "div":  # keep the denominator away from 0 (a sum of either sign)
+                b = fd.ops.add(fd.ops.abs(b), 1.0)
+            y = getattr(fd.ops, combine)(t, b)
+            if w is not None:
+                y = fd.ops.mul(y, w)
+            if second:
+                s2 = fd.ops.sum(fd.ops.mul(y, y), [1])
+                y = fd.ops.mul(y, fd.ops.broadcast_in_dim(fd.ops.rsqrt(fd.ops.add(s2, 1.0)), [-1, cols], [0]))
+            for op in post:
+                y = getattr(fd.ops, op)(y)
+            fd.add_output(fd.ops.cast(y, dt))
+            if keep_stat:
+                fd.add_output(stat)
+        return fd
+
+    torch.manual_seed(0)
+    inputs = [torch.randn(rows, cols).to(dtype)] + ([(torch.rand(cols) + 0.5).to(dtype)] if weight else [])
+    reference = build(DataType.Float).execute([t.float() for t in inputs])
+    assume(all(bool(torch.isfinite(r).all()) for r in reference))
+    with meshfuser.Profiler() as prof:
+        result = build(DTYPES[dtype]).execute([t.cuda() for t in inputs])
+    assert [k.scheduler for k in prof.profile.kernel_profiles] == ["normalization"]
+    tol = {torch.float32: 2e-4, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype]
+    # A division by a statistic near zero amplifies the last bit of the sum: compare relative to
+    # the output's scale.
+    for r, e in zip(result, reference):
+        e = e.to(r.dtype)
+        scale = float(e.float().abs().max()) if e.numel() else 1.0
+        torch.testing.assert_close(r.cpu(), e, rtol=tol, atol=tol * max(1.0, scale), equal_nan=True)
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("shape,dims", [((6, 1000, 40), [1]), ((3, 7, 5, 64), [1, 2]), ((128, 33, 8), [1]),
+                                        ((2, 3, 4), [0, 1]), ((5, 300, 7), [2]), ((64, 9, 129), [0])])
+def test_reductions_over_any_adjacent_axes(op, dtype, shape, dims):
+    """Middle axes, several axes, with a comparison and `where` in the prologue."""
+    torch.manual_seed(0)
+    with FusionDefinition() as fd:
+        x = fd.ops.cast(fd.define_tensor([-1] * len(shape), dtype=DTYPES[dtype]), DataType.Float)
+        leaky = fd.ops.where(fd.ops.gt(x, 0.0), x, fd.ops.mul(x, 0.1))
+        fd.add_output(getattr(fd.ops, op)(leaky, dims))
+    inputs = [torch.randn(shape).to(dtype)]
+    reference = fd.execute(inputs)
+    with meshfuser.Profiler() as prof:
+        result = fd.execute([t.cuda() for t in inputs])
+    assert [k.scheduler for k in prof.profile.kernel_profiles] == ["reduction"]
+    torch.testing.assert_close(result[0].cpu(), reference[0], rtol=1e-4, atol=1e-4)

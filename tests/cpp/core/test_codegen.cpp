@@ -263,6 +263,17 @@ Case sumOf(std::vector<int64_t> shape, std::vector<int64_t> dims) {
   }, {arg(kF, shape)});
 }
 
+// softmax over the last axis of a bf16 [rows, cols] tensor, float compute.
+Case softmaxBf16(int64_t rows, int64_t cols, std::vector<int64_t> strides = {}) {
+  return makeCase("softmax", [rows, cols](Fusion& f) {
+    TensorView* x = castOp(defineTensor(f, {rows, cols}, kBF), kF);
+    TensorView* m = broadcastInDim(reductionOp(OpType::Max, x, {1}), {rows, 1}, {0});
+    TensorView* e = unaryOp(OpType::Exp, binaryOp(OpType::Sub, x, m));
+    TensorView* s = broadcastInDim(reductionOp(OpType::Sum, e, {1}), {rows, 1}, {0});
+    f.addOutput(castOp(binaryOp(OpType::Div, e, s), kBF));
+  }, {arg(kBF, {rows, cols}, strides)});
+}
+
 std::vector<Case> corpus() {
   std::vector<Case> v;
   v.push_back(addRelu());
@@ -284,6 +295,11 @@ std::vector<Case> corpus() {
   v.push_back(biasGeluBf16(4096, 1000));  // unrolled main loop plus a tail
   v.push_back(sumOf({3000, 1001}, {1}));  // odd extents: scalar accesses, unrolled
   v.push_back(sumOf({1001, 3000}, {0}));
+  v.push_back(sumOf({6, 1000, 40}, {1}));   // middle axis
+  v.push_back(softmaxBf16(4096, 4096));        // block per row, persistent
+  v.push_back(softmaxBf16(4096, 256));         // warp per row
+  v.push_back(softmaxBf16(8, 1 << 20));        // multi-pass
+  v.push_back(softmaxBf16(100, 77, {1, 100}));  // column-major: scalar accesses
   return v;
 }
 
@@ -359,10 +375,12 @@ TEST(CodegenTest, VectorizedBiasGelu) {
 }
 
 TEST(CodegenTest, StridedAndPermutedInputs) {
-  auto p = gen(permuteAdd());
+  auto p = gen(permuteAdd());  // x is contiguous along the output's outer axis: a shared-memory tile
   ASSERT_TRUE(p.has_value());
-  EXPECT_TRUE(contains(p->source, "const float t0 = T0[c0 + c1 * 16];")) << p->source;
-  EXPECT_TRUE(contains(p->source, "const float t1 = T1[i];"));
+  EXPECT_EQ(p->scheduler, "transpose");
+  EXPECT_TRUE(contains(p->source, "mf_tile0[y][threadIdx.x] = T0[ia + ib * 16];")) << p->source;
+  EXPECT_TRUE(contains(p->source, "const float t0 = mf_tile0[threadIdx.x][y];")) << p->source;
+  EXPECT_TRUE(contains(p->source, "const float t1 = T1[ia * 8 + ib];")) << p->source;
   auto s = gen(stridedInput());
   ASSERT_TRUE(s.has_value());
   EXPECT_TRUE(contains(s->source, "*reinterpret_cast<const mf_array<mf_half, 4>*>(T0 + c0 * 16 + c1);")) << s->source;
@@ -473,23 +491,20 @@ TEST(CodegenTest, Refusals) {
     f.addOutput(reductionOp(OpType::Sum, defineTensor(f, {4, 4}, kB), {1}));
   }, {arg(kB, {4, 4})}), "has dtype int64"));
   EXPECT_TRUE(contains(refusal([](Fusion& f) {
-    f.addOutput(reductionOp(OpType::Sum, defineTensor(f, {4, 8, 16}, kF), {1}));
-  }, {arg(kF, {4, 8, 16})}), "middle-axis reduction"));
-  EXPECT_TRUE(contains(refusal([](Fusion& f) {
+    f.addOutput(reductionOp(OpType::Sum, defineTensor(f, {4, 8, 16}, kF), {0, 2}));
+  }, {arg(kF, {4, 8, 16})}), "are not adjacent (kept axes between them)"));
+  std::string nested = refusal([](Fusion& f) {  // a reduction of a reduction's result
     TensorView* x = defineTensor(f, {4, 8}, kF);
     f.addOutput(reductionOp(OpType::Max, reductionOp(OpType::Sum, x, {1}), {0}));
-  }, {arg(kF, {4, 8})}), "more than one reduction"));
-  std::string softmax = refusal([](Fusion& f) {  // reads x again after the reduction
-    TensorView* x = defineTensor(f, {4, 8}, kF);
-    TensorView* m = broadcastInDim(reductionOp(OpType::Max, x, {1}), {4, 1}, {0});
-    f.addOutput(binaryOp(OpType::Sub, x, m));
   }, {arg(kF, {4, 8})});
-  EXPECT_TRUE(contains(softmax, "lives on the reduction's input domain") ||
-              contains(softmax, "does not have the shape of the kernel's iteration domain")) << softmax;
-  EXPECT_TRUE(contains(refusal([](Fusion& f) {  // broadcasts the result back
+  EXPECT_TRUE(contains(nested, "every reduction of a normalization kernel reads the whole row domain")) << nested;
+  std::string two_axes = refusal([](Fusion& f) {  // two reductions over different axes
     TensorView* x = defineTensor(f, {4, 8}, kF);
-    f.addOutput(broadcastInDim(reductionOp(OpType::Sum, x, {1}), {4, 8}, {0}));
-  }, {arg(kF, {4, 8})}), "does not have the shape of the kernel's iteration domain"));
+    f.addOutput(reductionOp(OpType::Sum, x, {1}));
+    f.addOutput(reductionOp(OpType::Max, x, {0}));
+  }, {arg(kF, {4, 8})});
+  EXPECT_TRUE(contains(two_axes, "reduced axes of T0 are not all innermost") ||
+              contains(two_axes, "reduce different axes")) << two_axes;
   EXPECT_TRUE(contains(refusal([](Fusion& f) {
     f.addOutput(unaryOp(OpType::Relu, defineTensor(f, {4, 8}, kF)));
     f.addOutput(unaryOp(OpType::Exp, defineTensor(f, {8}, kF)));
@@ -502,11 +517,34 @@ TEST(CodegenTest, Refusals) {
   EXPECT_TRUE(contains(refusal([](Fusion& f) {
     f.addOutput(unaryOp(OpType::Relu, defineTensor(f, {4}, kF)));
   }, {arg(kH, {4})}), "declared float but the arg is half"));
-  EXPECT_TRUE(contains(refusal([](Fusion& f) {
-    TensorView* x = defineTensor(f, {4}, kF);
-    f.addOutput(unaryOp(OpType::Relu, x));
-    f.addOutput(reductionOp(OpType::Sum, x, {0}));
-  }, {arg(kF, {4})}), "neither feeds nor consumes the reduction"));
+  std::string side = refusal([](Fusion& f) {  // an output on a third shape
+    TensorView* x = defineTensor(f, {4, 8}, kF);
+    f.addOutput(reductionOp(OpType::Sum, x, {1}));
+    f.addOutput(unaryOp(OpType::Exp, defineTensor(f, {8}, kF)));
+  }, {arg(kF, {4, 8}), arg(kF, {8})});
+  EXPECT_TRUE(contains(side, "neither the row domain [4, 8] nor its kept axes [4]")) << side;
+}
+
+TEST(CodegenTest, MiddleAxisReductionIsAnOuterReductionPerSlice) {
+  auto k = gen(sumOf({6, 1000, 40}, {1}));
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->scheduler, "reduction");
+  EXPECT_TRUE(contains(k->source, "(col / 40) * 40000 + j * 40 + col % 40")) << k->source;
+}
+
+TEST(CodegenTest, SoftmaxIsOneNormalizationKernel) {
+  auto k = gen(softmaxBf16(32768, 4096));
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->scheduler, "normalization");
+  EXPECT_EQ((std::vector<int64_t>{k->launch.block_x, k->launch.block_y}), (std::vector<int64_t>{256, 1}));
+  EXPECT_TRUE(contains(k->source, "3 loop(s) over the row, persistent (2 groups per thread in registers)"))
+      << k->source;
+  // x is read once (one 16-byte access per group), the output written once.
+  EXPECT_TRUE(contains(k->source, "const mf_array<mf_bf16, 8> v0 = *reinterpret_cast<const mf_array<mf_bf16, 8>*>(T0 + ro0 + j);"))
+      << k->source;
+  auto multi = gen(softmaxBf16(8, 1 << 20));
+  ASSERT_TRUE(multi.has_value());
+  EXPECT_TRUE(contains(multi->source, "multi-pass")) << multi->source;
 }
 
 // ---- launch configs ----

@@ -1,0 +1,246 @@
+// The normalization kernel: one row (one kept index) per block, or per warp for short rows.
+//
+// Requires: a Normalization Schedule (normalization.cpp). Guarantees: each row is processed by one
+// block (blockDim.y == 1) or one warp (blockDim.x == 32); loop s over the row's elements (thread
+// t owns vector groups t, t + blockDim.x, ...) computes the varying values homed at s and folds the
+// reductions of stage s into per-thread accumulators, which then combine across the warp
+// (__shfl_xor_sync, identical on every lane) and the block (shared memory, a fixed warp order), so
+// every thread holds the row's result for the next loop; deterministic, no atomics. Per-row values
+// are computed once per row by every thread; per-row outputs are stored by lane 0. Persistent
+// plans keep the values later loops need in registers (fully unrolled `iters` groups); multi-pass
+// plans re-read and recompute them from global memory in each loop. Varying loads and full outputs
+// use one `vec`-wide access per group.
+#include <algorithm>
+#include <unordered_set>
+
+#include "codegen/internal.h"
+#include "support/error.h"
+
+namespace mf {
+namespace codegen {
+namespace {
+
+std::string arrayOf(const TensorView* tv, int64_t vec) {
+  return "mf_array<" + cudaType(tv->dtype()) + ", " + std::to_string(vec) + ">";
+}
+
+struct LoopSets {
+  std::vector<const TensorView*> loads;  // varying loads materialized in this loop
+  std::vector<const Expr*> exprs;        // varying exprs computed in this loop (topological)
+  std::vector<const TensorView*> cache_reads;
+  std::vector<const TensorView*> cache_writes;
+  std::vector<const Expr*> reductions;  // accumulated in this loop
+  std::vector<const TensorView*> stores;  // full outputs written in this loop
+};
+
+}  // namespace
+
+std::string emitNormalization(const Analysis& a, const Schedule& s, const std::string& name_token) {
+  const NormPlan& p = s.norm;
+  const KernelSegment& seg = *a.segment;
+  const std::string it = indexType(s.index64);
+  const int64_t bx = s.launch.block_x, by = s.launch.block_y, v = s.vec;
+  const bool block_mode = bx > 32;
+  const int loops = p.last_loop + 1;
+  std::unordered_set<const Expr*> reductions(a.reductions.begin(), a.reductions.end());
+  auto varies = [&](const Val* val) { return val->isTensor() && p.varies.at(static_cast<const TensorView*>(val)); };
+  auto is_row_output = [&](const TensorView* tv) {
+    return std::find(p.row_outputs.begin(), p.row_outputs.end(), tv) != p.row_outputs.end();
+  };
+
+  // What each loop materializes.
+  std::vector<LoopSets> sets(static_cast<size_t>(loops));
+  std::vector<std::unordered_set<const TensorView*>> materialized(static_cast<size_t>(loops));
+  for (int l = 0; l < loops; ++l) {
+    auto& m = materialized[static_cast<size_t>(l)];
+    for (const auto& [tv, home] : p.home) {
+      if (home == l) m.insert(tv);
+    }
+    if (!p.persistent) {  // recompute from the loads whatever this loop needs
+      for (auto e = seg.exprs.rbegin(); e != seg.exprs.rend(); ++e) {
+        if (reductions.count(*e) || !m.count((*e)->out())) continue;
+        for (const Val* in : (*e)->inputs()) {
+          if (varies(in)) m.insert(static_cast<const TensorView*>(in));
+        }
+      }
+      for (const Expr* r : a.reductions) {
+        if (p.stage.at(static_cast<const TensorView*>(r->input(0))) != l) continue;
+        MF_CHECK(m.count(static_cast<const TensorView*>(r->input(0))), "normalization: reduction input not computed");
+      }
+    }
+  }
+  std::unordered_set<const TensorView*> cached;
+  for (int l = 0; l < loops; ++l) {
+    LoopSets& ls = sets[static_cast<size_t>(l)];
+    const auto& m = materialized[static_cast<size_t>(l)];
+    std::unordered_set<const TensorView*> reads;
+    for (const TensorView* tv : p.loads) {
+      if (m.count(tv)) ls.loads.push_back(tv);
+    }
+    for (const Expr* e : seg.exprs) {
+      bool red_here = reductions.count(e) && p.stage.at(static_cast<const TensorView*>(e->input(0))) == l;
+      if (red_here) ls.reductions.push_back(e);
+      if (!red_here && !(!reductions.count(e) && m.count(e->out()))) continue;
+      if (!red_here) ls.exprs.push_back(e);
+      for (const Val* in : e->inputs()) {
+        const auto* tv = static_cast<const TensorView*>(in);
+        if (varies(in) && !m.count(tv) && !reads.count(tv)) {
+          reads.insert(tv);
+          ls.cache_reads.push_back(tv);
+          cached.insert(tv);
+        }
+      }
+    }
+    for (const TensorView* out : seg.outputs) {
+      if (is_row_output(out)) continue;
+      bool here = p.varies.at(out) ? p.home.at(out) == l : l == p.last_loop;
+      if (here) ls.stores.push_back(out);
+    }
+  }
+  for (int l = 0; l < loops; ++l) {
+    for (const TensorView* tv : p.loads) {
+      if (cached.count(tv) && p.home.at(tv) == l) sets[static_cast<size_t>(l)].cache_writes.push_back(tv);
+    }
+    for (const Expr* e : sets[static_cast<size_t>(l)].exprs) {
+      if (cached.count(e->out()) && p.home.at(e->out()) == l) sets[static_cast<size_t>(l)].cache_writes.push_back(e->out());
+    }
+  }
+  size_t max_reductions = 1;
+  for (const LoopSets& ls : sets) max_reductions = std::max(max_reductions, ls.reductions.size());
+
+  std::ostringstream os;
+  os << prelude() << "\n" << signature(a, name_token, bx * by);
+  os << "  // normalization: " << s.rows << " rows x " << s.red << " reduced elements, " << bx << " x " << by
+     << " threads per block, " << v << " per vector, " << loops << " loop(s) over the row, "
+     << (p.persistent ? "persistent (" + std::to_string(p.iters) + " groups per thread in registers)"
+                      : std::string("multi-pass (re-reads the row in each loop)"))
+     << "\n";
+  if (block_mode) os << "  __shared__ float mf_red[" << max_reductions << "][32];\n";
+  const std::string per_block = by == 1 ? "" : " * " + std::to_string(by);
+  os << "  for (" << it << " row = (" << it << ")blockIdx.x" << per_block << (by == 1 ? "" : " + threadIdx.y")
+     << "; row < " << s.rows << "; row += (" << it << ")gridDim.x" << per_block << ") {\n";
+  // Row offsets of every load; per-row loads.
+  auto row_off = emitOffsets(p.row_region, p.row_index, "row", "rc", it, "    ", os);
+  for (const TensorView* tv : p.loads) {
+    os << "    const " << it << " ro" << tv->name() << " = " << row_off.at(tv) << ";\n";
+    if (!p.varies.at(tv)) {
+      os << "    const float " << tensorLocal(tv) << " = " << loadExpr(tv->dtype(), tensorParam(tv) + "[ro" + std::to_string(tv->name()) + "]")
+         << ";\n";
+    }
+  }
+  if (p.persistent) {
+    for (const TensorView* tv : p.loads) {
+      if (cached.count(tv)) os << "    float mf_c" << tv->name() << "[" << p.iters * v << "];\n";
+    }
+    for (const Expr* e : seg.exprs) {
+      if (!reductions.count(e) && cached.count(e->out())) os << "    float mf_c" << e->out()->name() << "[" << p.iters * v << "];\n";
+    }
+  }
+  auto emitRowStage = [&](int stage) {
+    for (const Expr* e : seg.exprs) {
+      if (reductions.count(e) || p.varies.at(e->out()) || p.stage.at(e->out()) != stage) continue;
+      os << emitExpr(e, "    ");
+    }
+    for (const TensorView* out : p.row_outputs) {
+      if (p.stage.at(out) != stage) continue;
+      os << "    if (threadIdx.x == 0) " << tensorParam(out) << "[row] = " << storeExpr(out->dtype(), tensorLocal(out))
+         << ";\n";
+    }
+  };
+  const std::string red_text = std::to_string(s.red);
+  for (int l = 0; l < loops; ++l) {
+    const LoopSets& ls = sets[static_cast<size_t>(l)];
+    emitRowStage(l);
+    os << "    // loop " << l << " over the row\n";
+    for (const Expr* r : ls.reductions) {
+      os << "    float " << tensorLocal(r->out()) << " = " << opInfo(r->op()).cuda_init << ";  // " << r->toString()
+         << "\n";
+    }
+    std::string in = "      ";
+    if (p.persistent) {
+      os << "#pragma unroll\n    for (int it = 0; it < " << p.iters << "; ++it) {\n";
+      os << "      const " << it << " j = " << timesText("(" + it + ")it * " + std::to_string(bx) + " + threadIdx.x", v)
+         << ";\n";
+      if (p.iters * bx * v > s.red) {
+        os << "      if (j < " << s.red << ") {\n";
+        in = "        ";
+      }
+    } else {
+      os << "    for (" << it << " j = " << timesText("(" + it + ")threadIdx.x", v) << "; j < " << s.red << "; j += "
+         << bx * v << ") {\n";
+    }
+    auto col_off = emitOffsets(p.col_region, p.col_index, "j", "jc", it, in, os);
+    auto offset = [&](const TensorView* tv) {
+      return "ro" + std::to_string(tv->name()) + " + " + col_off.at(tv);
+    };
+    for (const TensorView* tv : ls.loads) {
+      if (v > 1) {
+        os << in << "const " << arrayOf(tv, v) << " v" << tv->name() << " = *reinterpret_cast<const " << arrayOf(tv, v)
+           << "*>(" << tensorParam(tv) << " + " << offset(tv) << ");\n";
+      }
+    }
+    for (const TensorView* tv : ls.stores) os << in << arrayOf(tv, v) << " o" << tv->name() << ";\n";
+    std::string lane = in;
+    const std::string slot = "it * " + std::to_string(v) + " + k";
+    if (v > 1) {
+      os << "#pragma unroll\n" << in << "for (int k = 0; k < " << v << "; ++k) {\n";
+      lane = in + "  ";
+    }
+    for (const TensorView* tv : ls.loads) {
+      std::string src = v > 1 ? "v" + std::to_string(tv->name()) + ".v[k]" : tensorParam(tv) + "[" + offset(tv) + "]";
+      os << lane << "const float " << tensorLocal(tv) << " = " << loadExpr(tv->dtype(), src) << ";\n";
+    }
+    for (const TensorView* tv : ls.cache_reads) {
+      os << lane << "const float " << tensorLocal(tv) << " = mf_c" << tv->name() << "[" << (v > 1 ? slot : "it") << "];\n";
+    }
+    for (const Expr* e : ls.exprs) os << emitExpr(e, lane);
+    for (const Expr* r : ls.reductions) {
+      const std::string acc = tensorLocal(r->out());
+      os << lane << acc << " = " << fillTemplate(opInfo(r->op()).cuda_combine, {acc, operandText(r->input(0))}) << ";\n";
+    }
+    for (const TensorView* tv : ls.cache_writes) {
+      os << lane << "mf_c" << tv->name() << "[" << (v > 1 ? slot : "it") << "] = " << tensorLocal(tv) << ";\n";
+    }
+    for (const TensorView* tv : ls.stores) {
+      std::string dst = v > 1 ? "o" + std::to_string(tv->name()) + ".v[k]"
+                              : tensorParam(tv) + "[row * " + red_text + " + j]";
+      os << lane << dst << " = " << storeExpr(tv->dtype(), tensorLocal(tv)) << ";\n";
+    }
+    if (v > 1) {
+      os << in << "}\n";
+      for (const TensorView* tv : ls.stores) {
+        os << in << "*reinterpret_cast<" << arrayOf(tv, v) << "*>(" << tensorParam(tv) << " + row * " << red_text
+           << " + j) = o" << tv->name() << ";\n";
+      }
+    }
+    if (p.persistent && p.iters * bx * v > s.red) os << "      }\n";
+    os << "    }\n";
+    // Combine the loop's reductions over the warp, then the block.
+    for (const Expr* r : ls.reductions) {
+      const std::string acc = tensorLocal(r->out());
+      os << "    for (int o = 16; o > 0; o >>= 1) " << acc << " = "
+         << fillTemplate(opInfo(r->op()).cuda_combine, {acc, "__shfl_xor_sync(0xffffffffu, " + acc + ", o)"}) << ";\n";
+    }
+    if (block_mode && !ls.reductions.empty()) {
+      os << "    __syncthreads();  // earlier readers of mf_red are done\n";
+      os << "    if ((threadIdx.x & 31) == 0) {\n";
+      for (size_t i = 0; i < ls.reductions.size(); ++i) {
+        os << "      mf_red[" << i << "][threadIdx.x >> 5] = " << tensorLocal(ls.reductions[i]->out()) << ";\n";
+      }
+      os << "    }\n    __syncthreads();\n";
+      for (size_t i = 0; i < ls.reductions.size(); ++i) {
+        const Expr* r = ls.reductions[i];
+        const std::string acc = tensorLocal(r->out());
+        os << "    " << acc << " = mf_red[" << i << "][0];\n";
+        os << "    for (int w = 1; w < " << bx / 32 << "; ++w) " << acc << " = "
+           << fillTemplate(opInfo(r->op()).cuda_combine, {acc, "mf_red[" + std::to_string(i) + "][w]"}) << ";\n";
+      }
+    }
+  }
+  emitRowStage(loops);
+  os << "  }\n}\n";
+  return os.str();
+}
+
+}  // namespace codegen
+}  // namespace mf

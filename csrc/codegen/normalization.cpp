@@ -1,0 +1,297 @@
+// The persistent normalization plan: reductions over the innermost axes whose results flow back
+// into the row (softmax, log-softmax, RMSNorm, LayerNorm, their backward), in one kernel.
+//
+// Requires: a successful analyzeSegment with at least one reduction. Guarantees on success: a
+// NormPlan where every reduction reduces the same innermost domain axes of an input that has the
+// whole domain; every tensor of the segment maps onto the domain (axis_map); every output either
+// has the whole domain (stored per element) or the kept axes only (stored once per row); `stage`,
+// `varies` and `home` say in which loop over the row each value is available or computed.
+//
+// Launch heuristics (aim: each row read from memory once, 16-byte accesses):
+//   vector   the widest of 8/4/2 elements (16 bytes for the widest full tensor) dividing the
+//            reduced extent, the varying loads' outer strides and their pointer alignment.
+//   warp     rows of at most 64 vectors: one warp per row, 8 rows per block, shuffles only.
+//   block    else one row per block of T = ceilPow2(vectors / 2) threads (64..1024), `iters`
+//            vector groups per thread, blocks strided over rows (grid <= SMs x 2048 / T).
+//   persistent  when iters x vec x (values kept between loops) <= 64 floats per thread (and
+//            iters x vec <= 32): values live in registers; else each loop re-reads the row from
+//            global memory (multi-pass), still one kernel.
+#include <algorithm>
+#include <unordered_set>
+
+#include "codegen/internal.h"
+#include "support/error.h"
+#include "support/text.h"
+
+namespace mf {
+namespace codegen {
+namespace {
+
+constexpr int64_t kInt32Max = 2147483647LL;
+constexpr int64_t kCachedFloatsPerThread = 64;
+constexpr int64_t kMaxUnrolledElements = 32;
+
+int64_t ceilPow2(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+bool isOutput(const Analysis& a, const TensorView* tv) {
+  const auto& outs = a.segment->outputs;
+  return std::find(outs.begin(), outs.end(), tv) != outs.end();
+}
+
+// Map a tensor whose non-1 axes walk `domain_axes` in order; false when the extents disagree.
+bool identityMap(const Analysis& a, const TensorView* tv, const std::vector<int>& domain_axes,
+                 const std::vector<int64_t>& extents, std::vector<int>* m) {
+  const auto& shape = a.shape.at(tv);
+  m->assign(shape.size(), -1);
+  size_t next = 0;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] == 1) continue;
+    if (next >= domain_axes.size() || shape[i] != extents[static_cast<size_t>(domain_axes[next])]) return false;
+    (*m)[i] = domain_axes[next++];
+  }
+  return next == domain_axes.size();
+}
+
+bool setAxisMap(const Analysis& a, NormPlan* p, const TensorView* tv, const std::vector<int>& m,
+                const std::vector<int64_t>& extents, std::string* why) {
+  const auto& shape = a.shape.at(tv);
+  for (size_t i = 0; i < m.size(); ++i) {
+    int64_t want = m[i] < 0 ? 1 : extents.at(static_cast<size_t>(m[i]));
+    if (shape[i] != want) {
+      *why = str(tv->toString(), " axis ", i, " has local extent ", shape[i], " but walks a row axis of extent ", want);
+      return false;
+    }
+  }
+  auto it = p->axis_map.find(tv);
+  if (it != p->axis_map.end() && it->second != m) {
+    *why = str(tv->toString(), " would be walked in two different axis orders in one normalization kernel");
+    return false;
+  }
+  p->axis_map[tv] = m;
+  return true;
+}
+
+// A Region over the kept (or reduced) half of the domain with every load's map restricted to it.
+void halfRegion(const Analysis& a, const NormPlan& p, bool reduced_half, Region* r) {
+  const size_t nk = p.kept.size();
+  r->extents = reduced_half ? p.reduced : p.kept;
+  for (const TensorView* tv : p.loads) {
+    std::vector<int> m = p.axis_map.at(tv);
+    for (int& d : m) {
+      if (d < 0) continue;
+      bool in_reduced = static_cast<size_t>(d) >= nk;
+      if (in_reduced != reduced_half) d = -1;
+      else if (reduced_half) d -= static_cast<int>(nk);
+    }
+    r->axis_map[tv] = m;
+    r->loads.push_back(tv);
+  }
+  (void)a;
+}
+
+}  // namespace
+
+bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule* s, std::string* why) {
+  const KernelSegment& seg = *a.segment;
+  NormPlan& p = s->norm;
+  s->kind = Kind::Normalization;
+  // The domain: the first reduction's input, kept axes then reduced axes (inner layout only).
+  const Expr* first = a.reductions.at(0);
+  const auto* x0 = static_cast<const TensorView*>(first->input(0));
+  const auto& xs = a.shape.at(x0);
+  std::vector<bool> x0_reduced;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (xs[i] == 1) continue;
+    const auto& dims = first->attrs().dims;
+    bool r = std::find(dims.begin(), dims.end(), static_cast<int64_t>(i)) != dims.end();
+    if (!r && !p.reduced.empty()) {
+      *why = str(first->toString(), ": the reduced axes of ", x0->toString(),
+                 " are not all innermost; the normalization kernel reduces the innermost axes");
+      return false;
+    }
+    (r ? p.reduced : p.kept).push_back(xs[i]);
+  }
+  std::vector<int64_t> extents = p.kept;
+  extents.insert(extents.end(), p.reduced.begin(), p.reduced.end());
+  std::vector<int> all_axes, kept_axes;
+  for (size_t d = 0; d < extents.size(); ++d) {
+    all_axes.push_back(static_cast<int>(d));
+    if (d < p.kept.size()) kept_axes.push_back(static_cast<int>(d));
+  }
+  const int nk = static_cast<int>(p.kept.size());
+  // Anchors: every reduction input walks the whole domain; outputs the whole domain or the kept axes.
+  std::unordered_set<const Expr*> reductions(a.reductions.begin(), a.reductions.end());
+  for (const Expr* r : a.reductions) {
+    const auto* x = static_cast<const TensorView*>(r->input(0));
+    std::vector<int> m;
+    if (!identityMap(a, x, all_axes, extents, &m)) {
+      *why = str(r->toString(), ": its input ", x->toString(), " does not have the shape of ", x0->toString(),
+                 " (every reduction of a normalization kernel reads the whole row domain)");
+      return false;
+    }
+    // Its reduced axes must be exactly the domain's reduced axes.
+    const auto& dims = r->attrs().dims;
+    for (size_t i = 0; i < m.size(); ++i) {
+      if (m[i] < 0) continue;
+      bool reduced = std::find(dims.begin(), dims.end(), static_cast<int64_t>(i)) != dims.end();
+      if (reduced != (m[i] >= nk)) {
+        *why = str(r->toString(), " and ", first->toString(), " reduce different axes; one normalization kernel holds "
+                   "reductions over the same axes");
+        return false;
+      }
+    }
+    if (!setAxisMap(a, &p, x, m, extents, why)) return false;
+    std::vector<int> ym;
+    if (!identityMap(a, r->out(), kept_axes, extents, &ym) || !setAxisMap(a, &p, r->out(), ym, extents, why)) {
+      if (why->empty()) *why = str(r->out()->toString(), " does not have the kept axes of the row domain");
+      return false;
+    }
+  }
+  for (const TensorView* out : seg.outputs) {
+    std::vector<int> m;
+    if (identityMap(a, out, all_axes, extents, &m)) {
+      if (!setAxisMap(a, &p, out, m, extents, why)) return false;
+    } else if (identityMap(a, out, kept_axes, extents, &m)) {
+      if (!setAxisMap(a, &p, out, m, extents, why)) return false;
+      p.row_outputs.push_back(out);
+    } else {
+      *why = str("output ", out->toString(), " has local shape ", listText(a.shape.at(out)),
+                 ", neither the row domain ", listText(extents), " nor its kept axes ", listText(p.kept));
+      return false;
+    }
+  }
+  // Walk back from the anchors through every non-reduction expr.
+  for (auto it = seg.exprs.rbegin(); it != seg.exprs.rend(); ++it) {
+    const Expr* e = *it;
+    if (reductions.count(e)) continue;
+    auto om = p.axis_map.find(e->out());
+    if (om == p.axis_map.end()) {
+      *why = str(e->toString(), " feeds neither an output nor a reduction of the normalization kernel");
+      return false;
+    }
+    std::vector<int> out_map = om->second;
+    for (const Val* v : e->inputs()) {
+      if (!v->isTensor()) continue;
+      const auto* in = static_cast<const TensorView*>(v);
+      if (!setAxisMap(a, &p, in, inputMap(a, e, in, out_map), extents, why)) return false;
+    }
+  }
+  // Loads (segment input order), varying, stage.
+  for (const TensorView* tv : a.tensor_inputs) {
+    auto it = p.axis_map.find(tv);
+    if (it == p.axis_map.end()) continue;  // read only by nothing mapped (cannot happen in a live segment)
+    p.loads.push_back(tv);
+    bool varies = false;
+    for (int d : it->second) varies = varies || d >= nk;
+    p.varies[tv] = varies;
+    p.stage[tv] = 0;
+  }
+  for (const Expr* e : seg.exprs) {
+    int stage = 0;
+    bool varies = false;
+    for (const Val* v : e->inputs()) {
+      if (!v->isTensor()) continue;
+      const auto* in = static_cast<const TensorView*>(v);
+      stage = std::max(stage, p.stage.at(in));
+      varies = varies || p.varies.at(in);
+    }
+    if (reductions.count(e)) {
+      if (!varies) {
+        *why = str(e->toString(), " reduces a value that is constant along the reduced axes");
+        return false;
+      }
+      p.stage[e->out()] = stage + 1;
+      p.varies[e->out()] = false;
+      p.last_loop = std::max(p.last_loop, stage);
+      continue;
+    }
+    p.stage[e->out()] = stage;
+    p.varies[e->out()] = varies;
+    if (varies) p.home[e->out()] = stage;
+  }
+  for (const TensorView* out : seg.outputs) {
+    bool row = std::find(p.row_outputs.begin(), p.row_outputs.end(), out) != p.row_outputs.end();
+    if (!row) p.last_loop = std::max(p.last_loop, p.stage.at(out));
+  }
+  // A varying load lives in the first loop that reads it.
+  for (const TensorView* tv : p.loads) {
+    if (!p.varies.at(tv)) continue;
+    int home = p.last_loop;
+    for (const Expr* e : seg.exprs) {
+      if (std::find(e->inputs().begin(), e->inputs().end(), tv) == e->inputs().end()) continue;
+      home = std::min(home, reductions.count(e) ? p.stage.at(tv) : p.home.at(e->out()));
+    }
+    p.home[tv] = home;
+  }
+  halfRegion(a, p, false, &p.row_region);
+  halfRegion(a, p, true, &p.col_region);
+  p.row_index = planIndexing(a, p.row_region);
+  p.col_index = planIndexing(a, p.col_region);
+
+  // Vector width.
+  int64_t rows = 1, red = 1;
+  for (int64_t e : p.kept) rows *= e;
+  for (int64_t e : p.reduced) red *= e;
+  s->rows = rows;
+  s->red = red;
+  int64_t max_bytes = 1;
+  for (const TensorView* tv : seg.outputs) {
+    if (p.varies.at(tv) || std::find(p.row_outputs.begin(), p.row_outputs.end(), tv) == p.row_outputs.end()) {
+      max_bytes = std::max(max_bytes, sizeInBytes(tv->dtype()));
+    }
+  }
+  for (const TensorView* tv : p.loads) {
+    if (p.varies.at(tv)) max_bytes = std::max(max_bytes, sizeInBytes(tv->dtype()));
+  }
+  s->vec = 1;
+  for (int64_t v = std::min<int64_t>(8, 16 / max_bytes); v >= 2 && !p.col_index.dims.empty(); v /= 2) {
+    bool ok = red % v == 0 && p.col_index.dims.back() % v == 0;
+    for (const TensorView* tv : p.loads) {
+      if (!p.varies.at(tv)) continue;
+      const auto& cs = p.col_index.strides.at(tv);
+      if (cs.back() != 1) ok = false;
+      for (size_t c = 0; c + 1 < cs.size(); ++c) ok = ok && cs[c] % v == 0;
+      for (int64_t rs : p.row_index.strides.at(tv)) ok = ok && rs % v == 0;
+      if (a.arg.at(tv)->alignment_bytes < v * sizeInBytes(tv->dtype())) ok = false;
+    }
+    if (ok) {
+      s->vec = v;
+      break;
+    }
+  }
+  // Threads, persistence.
+  KernelLaunch& l = s->launch;
+  const int64_t vectors = ceilDiv(red, s->vec);
+  if (vectors <= 64) {
+    l.block_x = 32;
+    l.block_y = 8;
+    l.grid_x = std::max<int64_t>(1, std::min(ceilDiv(rows, l.block_y), o.sm_count * 8));
+  } else {
+    l.block_x = std::min<int64_t>(std::max<int64_t>(64, ceilPow2(ceilDiv(vectors, 2))), o.max_threads_per_block);
+    l.block_x = floorPow2(l.block_x);
+    l.grid_x = std::max<int64_t>(1, std::min(rows, o.sm_count * std::max<int64_t>(1, 2048 / l.block_x)));
+  }
+  p.iters = ceilDiv(vectors, l.block_x);
+  int64_t cached = 0;
+  for (const auto& [tv, home] : p.home) {
+    for (const Expr* e : seg.exprs) {
+      if (reductions.count(e) || std::find(e->inputs().begin(), e->inputs().end(), tv) == e->inputs().end()) continue;
+      if (p.varies.at(e->out()) && p.home.at(e->out()) > home) {
+        ++cached;
+        break;
+      }
+    }
+  }
+  int64_t per_thread = p.iters * s->vec;
+  p.persistent = per_thread <= kMaxUnrolledElements && per_thread * cached <= kCachedFloatsPerThread;
+  int64_t bound = rows * red + l.block_x * s->vec * (p.iters + 1) + l.grid_x * l.block_y * red;
+  s->index64 = bound > kInt32Max || p.row_index.max_offset + p.col_index.max_offset > kInt32Max;
+  return true;
+}
+
+}  // namespace codegen
+}  // namespace mf

@@ -1,0 +1,177 @@
+"""Generated kernel text without a GPU: which kernels a fusion becomes (structure checks on the CUDA
+source from fd.cuda_kernels on CPU tensors) and an nvcc sm_90 compile of the whole corpus (skipped
+with the reason when nvcc is not on the machine)."""
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from meshfuser import DataType, FusionDefinition
+
+sys.path.insert(0, os.path.dirname(__file__))
+import norm_patterns  # noqa: E402
+
+DTYPES = {torch.float32: DataType.Float, torch.bfloat16: DataType.BFloat16, torch.float16: DataType.Half}
+
+
+def build(name, dtype, rows, cols):
+    with FusionDefinition() as fd:
+        getattr(norm_patterns, name)(fd, DTYPES[dtype], rows, cols)
+    return fd
+
+
+def kernels(name, dtype, rows, cols, transposed=False):
+    fd = build(name, dtype, rows, cols)
+    torch.manual_seed(0)
+    return fd.cuda_kernels(norm_patterns.make_inputs(name, dtype, rows, cols, transposed))
+
+
+def scheduler_of(source):
+    return re.search(r"void __launch_bounds__\(\d+\) mf_(\w+?)_[0-9a-f]{16}\(", source).group(1)
+
+
+@pytest.mark.parametrize("name", list(norm_patterns.PATTERNS))
+@pytest.mark.parametrize("cols", [1, 7, 1000, 4097, 65537])
+def test_normalizations_are_one_kernel(name, cols):
+    sources = kernels(name, torch.bfloat16, 3, cols)
+    assert [scheduler_of(s) for s in sources] == ["normalization"]
+
+
+def test_softmax_reads_the_row_once_in_registers():
+    (src,) = kernels("softmax", torch.bfloat16, 32768, 4096)
+    assert "persistent" in src and "multi-pass" not in src
+    # x is read with one 16-byte access per group, in the first loop only; out written once.
+    assert src.count("reinterpret_cast<const mf_array<mf_bf16, 8>*>(T0 +") == 1
+    assert src.count("reinterpret_cast<mf_array<mf_bf16, 8>*>(T") == 1
+    assert "// loop 2 over the row" in src and "// loop 3" not in src  # max, sum of exp, output
+    assert "__shfl_xor_sync" in src and "mf_red" in src
+
+
+def test_short_rows_take_a_warp_each():
+    (src,) = kernels("rms_norm", torch.bfloat16, 262144, 256)
+    assert "32 x 8 threads per block" in src and "mf_red" not in src
+
+
+def test_long_rows_are_multi_pass_in_one_kernel():
+    (src,) = kernels("layer_norm", torch.float32, 2, (1 << 20) + 3)
+    assert "multi-pass" in src
+    assert src.count("// loop ") == 3
+
+
+def test_layer_norm_writes_mean_and_rstd_once_per_row():
+    (src,) = kernels("layer_norm", torch.bfloat16, 64, 1024)
+    assert len(re.findall(r"if \(threadIdx\.x == 0\) T\d+\[row\]", src)) == 2
+
+
+def test_transposed_input_normalization_is_correct_scalar_code():
+    (src,) = kernels("softmax", torch.bfloat16, 64, 1000, transposed=True)
+    assert "1 per vector" in src
+
+
+def test_normalization_matches_aten_on_cpu_shapes():
+    # The plan must not change what runs on CPUs: the ATen evaluator computes the same formula as
+    # PyTorch (a guard for the pattern builders the GPU tests and the benchmark share).
+    for name in norm_patterns.PATTERNS:
+        torch.manual_seed(0)
+        inputs = norm_patterns.make_inputs(name, torch.float32, 5, 33)
+        out = build(name, torch.float32, 5, 33).execute(inputs)
+        ref = norm_patterns.torch_reference(name, inputs, torch.float32)
+        for o, r in zip(out, ref):
+            torch.testing.assert_close(o, r, rtol=1e-5, atol=1e-5)
+
+
+def corpus():
+    """(label, source) for a spread of kernels: every normalization pattern at several widths and
+    dtypes, contiguous and transposed, and the pointwise/reduction kernels."""
+    out = []
+    for name in norm_patterns.PATTERNS:
+        for dtype in (torch.float32, torch.bfloat16, torch.float16):
+            for rows, cols in [(4, 1), (8, 7), (16, 1000), (4096, 4096), (2, 65537), (2, (1 << 20) + 3), (64, 256)]:
+                for transposed in (False, True):
+                    if transposed and cols not in (7, 1000):
+                        continue
+                    for src in kernels(name, dtype, rows, cols, transposed):
+                        out.append((f"{name}_{dtype}_{rows}x{cols}_{transposed}", src))
+    for src in kernels("transposed_add", torch.bfloat16, 1024, 512):
+        out.append(("transposed_add", src))
+    return out
+
+
+def test_corpus_compiles_with_nvcc_for_sm90(tmp_path):
+    nvcc = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if os.path.exists("/usr/local/bin/nvcc") else None)
+    if nvcc is None:
+        pytest.skip("nvcc is not on this machine: the sm_90 compile of the generated corpus did not run")
+    sources = corpus()
+    assert len(sources) >= 100
+    # One translation unit: each kernel in its own namespace (extern "C" names are distinct hashes).
+    text = "\n".join(f"namespace k{i} {{  // {label}\n{src}\n}}\n" for i, (label, src) in enumerate(sources))
+    cu = tmp_path / "corpus.cu"
+    cu.write_text(text)
+    r = subprocess.run([nvcc, "-arch=sm_90", "-std=c++17", "-c", str(cu), "-o", str(tmp_path / "corpus.o")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
+
+
+def test_transposed_operand_goes_through_a_shared_memory_tile():
+    (src,) = kernels("transposed_add", torch.bfloat16, 1000, 777)
+    assert scheduler_of(src) == "transpose"
+    assert src.count("__shared__ float mf_tile") == 1 and "[32][33]" in src
+
+
+def test_same_stride_order_stays_pointwise():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
+        y = fd.define_tensor([-1, -1], dtype=DataType.BFloat16)
+        fd.add_output(fd.ops.add(x, y))
+    (src,) = fd.cuda_kernels([torch.randn(64, 64).bfloat16(), torch.randn(64, 64).bfloat16()])
+    assert scheduler_of(src) == "pointwise"
+
+
+def test_reductions_over_different_axes_split_into_two_kernels():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1])
+        fd.add_output(fd.ops.sum(x, [1]))
+        fd.add_output(fd.ops.max(x, [0]))
+    sources = fd.cuda_kernels([torch.randn(64, 128)])
+    assert [scheduler_of(s) for s in sources] == ["reduction", "reduction"]
+
+
+def test_layer_norm_with_weight_gradients_is_generated_kernels_only():
+    # dx (a normalization over rows) and dw = sum(g * xhat, 0) (a reduction over the other axis).
+    with FusionDefinition() as fd:
+        g = fd.define_tensor([-1, -1])
+        x = fd.define_tensor([-1, -1])
+        rstd = fd.ops.broadcast_in_dim(fd.define_tensor([-1]), [-1, 256], [0])
+        xhat = fd.ops.mul(x, rstd)
+        c = fd.ops.broadcast_in_dim(fd.ops.sum(fd.ops.mul(g, xhat), [1]), [-1, 256], [0])
+        fd.add_output(fd.ops.mul(rstd, fd.ops.sub(g, fd.ops.mul(xhat, c))))
+        fd.add_output(fd.ops.sum(fd.ops.mul(g, xhat), [0]))
+    sources = fd.cuda_kernels([torch.randn(64, 256), torch.randn(64, 256), torch.rand(64)])
+    assert sorted(scheduler_of(s) for s in sources) == ["normalization", "reduction"]
+
+
+FALLBACK_SCRIPT = r"""
+import torch
+from meshfuser import FusionDefinition
+with FusionDefinition() as fd:
+    x = fd.define_tensor([-1, -1])
+    w = fd.define_tensor([-1, -1])
+    y = fd.ops.relu(fd.ops.matmul(x, w))
+    m = fd.ops.max(y, [1], keepdim=True)
+    e = fd.ops.exp(fd.ops.sub(y, m))
+    fd.add_output(fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True)))
+print("KERNELS", len(fd.cuda_kernels([torch.randn(8, 16), torch.randn(16, 32)])))
+"""
+
+
+def test_fallback_dump_names_each_op_left_on_aten():
+    env = dict(os.environ, MESHFUSER_DUMP="fallback")
+    r = subprocess.run([sys.executable, "-c", FALLBACK_SCRIPT], capture_output=True, text=True, env=env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    lines = [l for l in r.stdout.splitlines() if "runs on the ATen evaluator" in l]
+    assert len(lines) == 1 and "matmul" in lines[0] and "cuBLAS" in lines[0], r.stdout
+    assert "KERNELS 1" in r.stdout  # relu and the softmax: one generated kernel
