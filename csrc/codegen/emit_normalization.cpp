@@ -6,10 +6,11 @@
 // reductions of stage s into per-thread accumulators, which then combine across the warp
 // (__shfl_xor_sync, identical on every lane) and the block (shared memory, a fixed warp order), so
 // every thread holds the row's result for the next loop; deterministic, no atomics. Per-row values
-// are computed once per row by every thread; per-row outputs are stored by lane 0. Persistent
-// plans keep the values later loops need in registers (fully unrolled `iters` groups); multi-pass
-// plans re-read and recompute them from global memory in each loop. Varying loads and full outputs
-// use one `vec`-wide access per group.
+// are computed once per row by every thread; per-row outputs are stored by lane 0. A loop
+// recomputes the varying values it needs from the loads; persistent plans keep the raw vectors of
+// the loads that later loops read again in registers (fully unrolled `iters` groups, so each input
+// is read from memory once), multi-pass plans read them again. Varying loads and full outputs use
+// one `vec`-wide access per group.
 #include <algorithm>
 #include <unordered_set>
 
@@ -25,11 +26,9 @@ std::string arrayOf(const TensorView* tv, int64_t vec) {
 }
 
 struct LoopSets {
-  std::vector<const TensorView*> loads;  // varying loads materialized in this loop
-  std::vector<const Expr*> exprs;        // varying exprs computed in this loop (topological)
-  std::vector<const TensorView*> cache_reads;
-  std::vector<const TensorView*> cache_writes;
-  std::vector<const Expr*> reductions;  // accumulated in this loop
+  std::vector<const TensorView*> loads;   // varying loads read in this loop
+  std::vector<const Expr*> exprs;         // varying exprs computed in this loop (program order)
+  std::vector<const Expr*> reductions;    // accumulated in this loop
   std::vector<const TensorView*> stores;  // full outputs written in this loop
 };
 
@@ -43,66 +42,29 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
   const bool block_mode = bx > 32;
   const int loops = p.last_loop + 1;
   std::unordered_set<const Expr*> reductions(a.reductions.begin(), a.reductions.end());
-  auto varies = [&](const Val* val) { return val->isTensor() && p.varies.at(static_cast<const TensorView*>(val)); };
   auto is_row_output = [&](const TensorView* tv) {
     return std::find(p.row_outputs.begin(), p.row_outputs.end(), tv) != p.row_outputs.end();
   };
 
-  // What each loop materializes.
+  // What each loop computes (NormPlan::loop_values), in program order.
   std::vector<LoopSets> sets(static_cast<size_t>(loops));
-  std::vector<std::unordered_set<const TensorView*>> materialized(static_cast<size_t>(loops));
-  for (int l = 0; l < loops; ++l) {
-    auto& m = materialized[static_cast<size_t>(l)];
-    for (const auto& [tv, home] : p.home) {
-      if (home == l) m.insert(tv);
-    }
-    if (!p.persistent) {  // recompute from the loads whatever this loop needs
-      for (auto e = seg.exprs.rbegin(); e != seg.exprs.rend(); ++e) {
-        if (reductions.count(*e) || !m.count((*e)->out())) continue;
-        for (const Val* in : (*e)->inputs()) {
-          if (varies(in)) m.insert(static_cast<const TensorView*>(in));
-        }
-      }
-      for (const Expr* r : a.reductions) {
-        if (p.stage.at(static_cast<const TensorView*>(r->input(0))) != l) continue;
-        MF_CHECK(m.count(static_cast<const TensorView*>(r->input(0))), "normalization: reduction input not computed");
-      }
-    }
-  }
-  std::unordered_set<const TensorView*> cached;
   for (int l = 0; l < loops; ++l) {
     LoopSets& ls = sets[static_cast<size_t>(l)];
-    const auto& m = materialized[static_cast<size_t>(l)];
-    std::unordered_set<const TensorView*> reads;
+    const auto& m = p.loop_values[static_cast<size_t>(l)];
     for (const TensorView* tv : p.loads) {
       if (m.count(tv)) ls.loads.push_back(tv);
     }
     for (const Expr* e : seg.exprs) {
-      bool red_here = reductions.count(e) && p.stage.at(static_cast<const TensorView*>(e->input(0))) == l;
-      if (red_here) ls.reductions.push_back(e);
-      if (!red_here && !(!reductions.count(e) && m.count(e->out()))) continue;
-      if (!red_here) ls.exprs.push_back(e);
-      for (const Val* in : e->inputs()) {
-        const auto* tv = static_cast<const TensorView*>(in);
-        if (varies(in) && !m.count(tv) && !reads.count(tv)) {
-          reads.insert(tv);
-          ls.cache_reads.push_back(tv);
-          cached.insert(tv);
-        }
+      if (reductions.count(e)) {
+        if (p.stage.at(static_cast<const TensorView*>(e->input(0))) == l) ls.reductions.push_back(e);
+      } else if (m.count(e->out())) {
+        ls.exprs.push_back(e);
       }
     }
     for (const TensorView* out : seg.outputs) {
       if (is_row_output(out)) continue;
       bool here = p.varies.at(out) ? p.home.at(out) == l : l == p.last_loop;
       if (here) ls.stores.push_back(out);
-    }
-  }
-  for (int l = 0; l < loops; ++l) {
-    for (const TensorView* tv : p.loads) {
-      if (cached.count(tv) && p.home.at(tv) == l) sets[static_cast<size_t>(l)].cache_writes.push_back(tv);
-    }
-    for (const Expr* e : sets[static_cast<size_t>(l)].exprs) {
-      if (cached.count(e->out()) && p.home.at(e->out()) == l) sets[static_cast<size_t>(l)].cache_writes.push_back(e->out());
     }
   }
   size_t max_reductions = 1;
@@ -128,12 +90,9 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
          << ";\n";
     }
   }
-  if (p.persistent) {
+  if (p.persistent) {  // raw vectors of the loads later loops read again
     for (const TensorView* tv : p.loads) {
-      if (cached.count(tv)) os << "    float mf_c" << tv->name() << "[" << p.iters * v << "];\n";
-    }
-    for (const Expr* e : seg.exprs) {
-      if (!reductions.count(e) && cached.count(e->out())) os << "    float mf_c" << e->out()->name() << "[" << p.iters * v << "];\n";
+      if (p.reread.count(tv)) os << "    " << arrayOf(tv, v) << " mf_c" << tv->name() << "[" << p.iters << "];\n";
     }
   }
   auto emitRowStage = [&](int stage) {
@@ -174,32 +133,29 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
       return "ro" + std::to_string(tv->name()) + " + " + col_off.at(tv);
     };
     for (const TensorView* tv : ls.loads) {
-      if (v > 1) {
-        os << in << "const " << arrayOf(tv, v) << " v" << tv->name() << " = *reinterpret_cast<const " << arrayOf(tv, v)
-           << "*>(" << tensorParam(tv) << " + " << offset(tv) << ");\n";
+      const std::string name = std::to_string(tv->name());
+      if (p.persistent && p.home.at(tv) < l) {
+        os << in << "const " << arrayOf(tv, v) << " v" << name << " = mf_c" << name << "[it];\n";
+        continue;
       }
+      os << in << "const " << arrayOf(tv, v) << " v" << name << " = *reinterpret_cast<const " << arrayOf(tv, v) << "*>("
+         << tensorParam(tv) << " + " << offset(tv) << ");\n";
+      if (p.persistent && p.reread.count(tv)) os << in << "mf_c" << name << "[it] = v" << name << ";\n";
     }
     for (const TensorView* tv : ls.stores) os << in << arrayOf(tv, v) << " o" << tv->name() << ";\n";
     std::string lane = in;
-    const std::string slot = "it * " + std::to_string(v) + " + k";
     if (v > 1) {
       os << "#pragma unroll\n" << in << "for (int k = 0; k < " << v << "; ++k) {\n";
       lane = in + "  ";
     }
     for (const TensorView* tv : ls.loads) {
-      std::string src = v > 1 ? "v" + std::to_string(tv->name()) + ".v[k]" : tensorParam(tv) + "[" + offset(tv) + "]";
+      std::string src = "v" + std::to_string(tv->name()) + (v > 1 ? ".v[k]" : ".v[0]");
       os << lane << "const float " << tensorLocal(tv) << " = " << loadExpr(tv->dtype(), src) << ";\n";
-    }
-    for (const TensorView* tv : ls.cache_reads) {
-      os << lane << "const float " << tensorLocal(tv) << " = mf_c" << tv->name() << "[" << (v > 1 ? slot : "it") << "];\n";
     }
     for (const Expr* e : ls.exprs) os << emitExpr(e, lane);
     for (const Expr* r : ls.reductions) {
       const std::string acc = tensorLocal(r->out());
       os << lane << acc << " = " << fillTemplate(opInfo(r->op()).cuda_combine, {acc, operandText(r->input(0))}) << ";\n";
-    }
-    for (const TensorView* tv : ls.cache_writes) {
-      os << lane << "mf_c" << tv->name() << "[" << (v > 1 ? slot : "it") << "] = " << tensorLocal(tv) << ";\n";
     }
     for (const TensorView* tv : ls.stores) {
       std::string dst = v > 1 ? "o" + std::to_string(tv->name()) + ".v[k]"

@@ -20,6 +20,7 @@
 #include <sstream>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "codegen/kernel.h"
@@ -98,12 +99,18 @@ struct NormPlan {
   std::unordered_map<const TensorView*, std::vector<int>> axis_map;  // runtime axis -> domain axis
   std::unordered_map<const TensorView*, bool> varies;
   std::unordered_map<const TensorView*, int> stage;
-  std::unordered_map<const TensorView*, int> home;  // varying tensors: the loop that computes or loads it
+  std::unordered_map<const TensorView*, int> home;  // varying tensors: the first loop that needs it
   std::vector<const TensorView*> loads;             // segment inputs read, segment input order
   std::vector<const TensorView*> row_outputs;       // outputs with one value per row
   int last_loop = 0;
-  bool persistent = true;  // the row stays in registers between loops; else every loop re-reads it
-  int64_t iters = 1;       // persistent: vector groups per thread per row
+  // Per loop, the varying tensors it computes (recomputed from the loads where an earlier loop had
+  // them too: cheaper than keeping float copies live) and the varying loads it reads.
+  std::vector<std::unordered_set<const TensorView*>> loop_values;
+  // Varying loads read again after their first loop: persistent plans keep their raw vectors in
+  // registers; multi-pass plans re-read them from global memory.
+  std::unordered_set<const TensorView*> reread;
+  bool persistent = true;
+  int64_t iters = 1;  // persistent: vector groups per thread per row
   Region row_region, col_region;  // the kept / reduced halves of the domain, for offsets
   IndexPlan row_index, col_index;
 };

@@ -13,9 +13,10 @@
 //   warp     rows of at most 64 vectors: one warp per row, 8 rows per block, shuffles only.
 //   block    else one row per block of T = ceilPow2(vectors / 2) threads (64..1024), `iters`
 //            vector groups per thread, blocks strided over rows (grid <= SMs x 2048 / T).
-//   persistent  when iters x vec x (values kept between loops) <= 64 floats per thread (and
-//            iters x vec <= 32): values live in registers; else each loop re-reads the row from
-//            global memory (multi-pass), still one kernel.
+//   persistent  when the raw vectors of the loads that later loops read again fit in 32 registers
+//            per thread (and iters x vec <= 32): they stay in registers and later loops recompute
+//            from them (an exp again is cheaper than the registers of a float copy); else each loop
+//            re-reads the row from global memory (multi-pass), still one kernel.
 #include <algorithm>
 #include <unordered_set>
 
@@ -28,7 +29,7 @@ namespace codegen {
 namespace {
 
 constexpr int64_t kInt32Max = 2147483647LL;
-constexpr int64_t kCachedFloatsPerThread = 64;
+constexpr int64_t kKeptRegistersPerThread = 32;  // 32-bit registers holding raw row data
 constexpr int64_t kMaxUnrolledElements = 32;
 
 int64_t ceilPow2(int64_t v) {
@@ -185,7 +186,9 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
     auto it = p.axis_map.find(tv);
     if (it == p.axis_map.end()) continue;  // read only by nothing mapped (cannot happen in a live segment)
     p.loads.push_back(tv);
-    bool varies = false;
+    // With an empty reduced domain (extent-1 reduced axes) each row is one element: every load
+    // is read per element, so the reductions see it.
+    bool varies = p.reduced.empty();
     for (int d : it->second) varies = varies || d >= nk;
     p.varies[tv] = varies;
     p.stage[tv] = 0;
@@ -216,6 +219,10 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
   for (const TensorView* out : seg.outputs) {
     bool row = std::find(p.row_outputs.begin(), p.row_outputs.end(), out) != p.row_outputs.end();
     if (!row) p.last_loop = std::max(p.last_loop, p.stage.at(out));
+    if (row && p.varies.at(out)) {
+      *why = str("output ", out->toString(), " has the kept axes only but its value changes along the row");
+      return false;
+    }
   }
   // A varying load lives in the first loop that reads it.
   for (const TensorView* tv : p.loads) {
@@ -276,18 +283,26 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
     l.grid_x = std::max<int64_t>(1, std::min(rows, o.sm_count * std::max<int64_t>(1, 2048 / l.block_x)));
   }
   p.iters = ceilDiv(vectors, l.block_x);
-  int64_t cached = 0;
-  for (const auto& [tv, home] : p.home) {
-    for (const Expr* e : seg.exprs) {
-      if (reductions.count(e) || std::find(e->inputs().begin(), e->inputs().end(), tv) == e->inputs().end()) continue;
-      if (p.varies.at(e->out()) && p.home.at(e->out()) > home) {
-        ++cached;
-        break;
+  // What each loop computes: the values homed there, and whatever varying values they need.
+  p.loop_values.assign(static_cast<size_t>(p.last_loop + 1), {});
+  for (const auto& [tv, home] : p.home) p.loop_values[static_cast<size_t>(home)].insert(tv);
+  for (auto& m : p.loop_values) {
+    for (auto e = seg.exprs.rbegin(); e != seg.exprs.rend(); ++e) {
+      if (reductions.count(*e) || !m.count((*e)->out())) continue;
+      for (const Val* in : (*e)->inputs()) {
+        if (in->isTensor() && p.varies.at(static_cast<const TensorView*>(in))) m.insert(static_cast<const TensorView*>(in));
       }
     }
   }
-  int64_t per_thread = p.iters * s->vec;
-  p.persistent = per_thread <= kMaxUnrolledElements && per_thread * cached <= kCachedFloatsPerThread;
+  int64_t kept_bytes = 0;  // per vector group, of the loads kept in registers
+  for (const TensorView* tv : p.loads) {
+    if (!p.varies.at(tv)) continue;
+    for (int l = p.home.at(tv) + 1; l <= p.last_loop; ++l) {
+      if (p.loop_values[static_cast<size_t>(l)].count(tv)) p.reread.insert(tv);
+    }
+    if (p.reread.count(tv)) kept_bytes += s->vec * sizeInBytes(tv->dtype());
+  }
+  p.persistent = p.iters * s->vec <= kMaxUnrolledElements && p.iters * kept_bytes <= 4 * kKeptRegistersPerThread;
   int64_t bound = rows * red + l.block_x * s->vec * (p.iters + 1) + l.grid_x * l.block_y * red;
   s->index64 = bound > kInt32Max || p.row_index.max_offset + p.col_index.max_offset > kInt32Max;
   return true;

@@ -169,7 +169,9 @@ print("KERNELS", len(fd.cuda_kernels([torch.randn(8, 16), torch.randn(16, 32)]))
 
 
 def test_fallback_dump_names_each_op_left_on_aten():
-    env = dict(os.environ, MESHFUSER_DUMP="fallback")
+    # A fresh process (dump options are read once), with its own single-rank process group.
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "MASTER_ADDR", "RANK", "WORLD_SIZE")}
+    env["MESHFUSER_DUMP"] = "fallback"
     r = subprocess.run([sys.executable, "-c", FALLBACK_SCRIPT], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     lines = [l for l in r.stdout.splitlines() if "runs on the ATen evaluator" in l]
