@@ -116,31 +116,53 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
          << "\n";
     }
     std::string in = "      ";
-    if (p.persistent) {
+    const bool guarded = p.iters * bx * v > s.red;
+    auto persistentHeader = [&]() {
       os << "#pragma unroll\n    for (int it = 0; it < " << p.iters << "; ++it) {\n";
       os << "      const " << it << " j = " << timesText("(" + it + ")it * " + std::to_string(bx) + " + threadIdx.x", v)
          << ";\n";
-      if (p.iters * bx * v > s.red) {
+      if (guarded) {
         os << "      if (j < " << s.red << ") {\n";
         in = "        ";
       }
+    };
+    auto offset = [&](const TensorView* tv, const std::unordered_map<const TensorView*, std::string>& col_off) {
+      return "ro" + std::to_string(tv->name()) + " + " + col_off.at(tv);
+    };
+    if (p.persistent) {
+      // Every load this loop makes, for all of the thread's groups, before any math.
+      std::vector<const TensorView*> fresh;
+      for (const TensorView* tv : ls.loads) {
+        if (p.home.at(tv) != l) continue;
+        fresh.push_back(tv);
+        if (!p.reread.count(tv)) os << "    " << arrayOf(tv, v) << " mf_c" << tv->name() << "[" << p.iters << "];\n";
+      }
+      if (!fresh.empty()) {
+        persistentHeader();
+        auto col_off = emitOffsets(p.col_region, p.col_index, "j", "jc", it, in, os);
+        for (const TensorView* tv : fresh) {
+          os << in << "mf_c" << tv->name() << "[it] = *reinterpret_cast<const " << arrayOf(tv, v) << "*>("
+             << tensorParam(tv) << " + " << offset(tv, col_off) << ");\n";
+        }
+        if (guarded) os << "      }\n";
+        os << "    }\n";
+        in = "      ";
+      }
+      persistentHeader();
     } else {
       os << "    for (" << it << " j = " << timesText("(" + it + ")threadIdx.x", v) << "; j < " << s.red << "; j += "
          << bx * v << ") {\n";
     }
-    auto col_off = emitOffsets(p.col_region, p.col_index, "j", "jc", it, in, os);
-    auto offset = [&](const TensorView* tv) {
-      return "ro" + std::to_string(tv->name()) + " + " + col_off.at(tv);
-    };
+    std::unordered_map<const TensorView*, std::string> col_off;
+    if (!p.persistent) col_off = emitOffsets(p.col_region, p.col_index, "j", "jc", it, in, os);
     for (const TensorView* tv : ls.loads) {
       const std::string name = std::to_string(tv->name());
-      if (p.persistent && p.home.at(tv) < l) {
+      if (p.persistent) {
         os << in << "const " << arrayOf(tv, v) << " v" << name << " = mf_c" << name << "[it];\n";
         continue;
       }
       os << in << "const " << arrayOf(tv, v) << " v" << name << " = *reinterpret_cast<const " << arrayOf(tv, v) << "*>("
-         << tensorParam(tv) << " + " << offset(tv) << ");\n";
-      if (p.persistent && p.reread.count(tv)) os << in << "mf_c" << name << "[it] = v" << name << ";\n";
+         << tensorParam(tv) << " + " << offset(tv, col_off) << ");\n";
     }
     for (const TensorView* tv : ls.stores) os << in << arrayOf(tv, v) << " o" << tv->name() << ";\n";
     std::string lane = in;
@@ -169,7 +191,7 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
            << " + j) = o" << tv->name() << ";\n";
       }
     }
-    if (p.persistent && p.iters * bx * v > s.red) os << "      }\n";
+    if (p.persistent && guarded) os << "      }\n";
     os << "    }\n";
     // Combine the loop's reductions over the warp, then the block.
     for (const Expr* r : ls.reductions) {

@@ -59,15 +59,18 @@ std::string emitTranspose(const Analysis& a, const Schedule& s, const std::strin
     os << indent << "const " << it << " ia = " << ia << ", ib = " << ib << ";\n";
     os << indent << "if (ia >= " << dim_a << " || ib >= " << dim_b << ") continue;\n";
   };
-  os << "    for (int y = threadIdx.y; y < 32; y += " << s.launch.block_y << ") {  // read along axis " << ax << "\n";
+  // Fixed trip counts, unrolled: each thread's loads are all in flight together.
+  const std::string rows_loop = "#pragma unroll\n    for (int yy = 0; yy < " + std::to_string(32 / s.launch.block_y) +
+                                "; ++yy) {\n      const int y = threadIdx.y + yy * " + std::to_string(s.launch.block_y) +
+                                ";";
+  os << rows_loop << "  // read along axis " << ax << "\n";
   bounds("a0 + threadIdx.x", "b0 + y", "      ");
   for (const TensorView* tv : s.transposed) {
     os << "      mf_tile" << tv->name() << "[y][threadIdx.x] = "
        << loadExpr(tv->dtype(), tensorParam(tv) + "[" + offsetOf(p.strides.at(tv)) + "]") << ";\n";
   }
   os << "    }\n    __syncthreads();\n";
-  os << "    for (int y = threadIdx.y; y < 32; y += " << s.launch.block_y << ") {  // compute and write along axis "
-     << n - 1 << "\n";
+  os << rows_loop << "  // compute and write along axis " << n - 1 << "\n";
   bounds("a0 + y", "b0 + threadIdx.x", "      ");
   for (const TensorView* tv : r.loads) {
     bool tiled = std::find(s.transposed.begin(), s.transposed.end(), tv) != s.transposed.end();

@@ -214,7 +214,6 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
     }
     p.stage[e->out()] = stage;
     p.varies[e->out()] = varies;
-    if (varies) p.home[e->out()] = stage;
   }
   for (const TensorView* out : seg.outputs) {
     bool row = std::find(p.row_outputs.begin(), p.row_outputs.end(), out) != p.row_outputs.end();
@@ -224,15 +223,24 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
       return false;
     }
   }
-  // A varying load lives in the first loop that reads it.
-  for (const TensorView* tv : p.loads) {
-    if (!p.varies.at(tv)) continue;
-    int home = p.last_loop;
-    for (const Expr* e : seg.exprs) {
-      if (std::find(e->inputs().begin(), e->inputs().end(), tv) == e->inputs().end()) continue;
-      home = std::min(home, reductions.count(e) ? p.stage.at(tv) : p.home.at(e->out()));
+  // A varying value lives in the first loop that needs it (an output: the loop of its stage), so a
+  // weight read only by the last loop is loaded there, not kept in registers from the first.
+  std::unordered_map<const TensorView*, std::vector<const Expr*>> uses;
+  for (const Expr* e : seg.exprs) {
+    for (const Val* v : e->inputs()) {
+      if (v->isTensor()) uses[static_cast<const TensorView*>(v)].push_back(e);
     }
+  }
+  auto settleHome = [&](const TensorView* tv) {
+    int home = isOutput(a, tv) ? p.stage.at(tv) : p.last_loop;
+    for (const Expr* e : uses[tv]) home = std::min(home, reductions.count(e) ? p.stage.at(tv) : p.home.at(e->out()));
     p.home[tv] = home;
+  };
+  for (auto e = seg.exprs.rbegin(); e != seg.exprs.rend(); ++e) {
+    if (!reductions.count(*e) && p.varies.at((*e)->out())) settleHome((*e)->out());
+  }
+  for (const TensorView* tv : p.loads) {
+    if (p.varies.at(tv)) settleHome(tv);
   }
   halfRegion(a, p, false, &p.row_region);
   halfRegion(a, p, true, &p.col_region);

@@ -540,7 +540,7 @@ TEST(CodegenTest, SoftmaxIsOneNormalizationKernel) {
   EXPECT_TRUE(contains(k->source, "3 loop(s) over the row, persistent (2 groups per thread in registers)"))
       << k->source;
   // x is read once (one 16-byte access per group), the output written once.
-  EXPECT_TRUE(contains(k->source, "const mf_array<mf_bf16, 8> v0 = *reinterpret_cast<const mf_array<mf_bf16, 8>*>(T0 + ro0 + j);"))
+  EXPECT_TRUE(contains(k->source, "mf_c0[it] = *reinterpret_cast<const mf_array<mf_bf16, 8>*>(T0 + ro0 + j);"))
       << k->source;
   auto multi = gen(softmaxBf16(8, 1 << 20));
   ASSERT_TRUE(multi.has_value());
