@@ -1,4 +1,6 @@
-// The normalization kernel: one row (one kept index) per block, or per warp for short rows.
+// The normalization kernel: one row (one kept index) per block, or per warp for short rows; the
+// outer variant (reduced axes outermost) gives each thread one kept index (a column), threadIdx.y
+// striding the reduced rows, and combines the rows of threads' partials in shared memory.
 //
 // Requires: a Normalization Schedule (normalization.cpp). Guarantees: each row is processed by one
 // block (blockDim.y == 1) or one warp (blockDim.x == 32); loop s over the row's elements (thread
@@ -72,21 +74,30 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
 
   std::ostringstream os;
   os << prelude() << "\n" << signature(a, name_token, bx * by);
-  os << "  // normalization: " << s.rows << " rows x " << s.red << " reduced elements, " << bx << " x " << by
+  os << "  // " << (p.outer ? "outer " : "") << "normalization: " << s.rows << " rows x " << s.red << " reduced elements, " << bx << " x " << by
      << " threads per block, " << v << " per vector, " << loops << " loop(s) over the row, "
      << (p.persistent ? "persistent (" + std::to_string(p.iters) + " groups per thread in registers)"
                       : std::string("multi-pass (re-reads the row in each loop)"))
      << "\n";
-  if (block_mode) os << "  __shared__ float mf_red[" << max_reductions << "][32];\n";
-  const std::string per_block = by == 1 ? "" : " * " + std::to_string(by);
-  os << "  for (" << it << " row = (" << it << ")blockIdx.x" << per_block << (by == 1 ? "" : " + threadIdx.y")
-     << "; row < " << s.rows << "; row += (" << it << ")gridDim.x" << per_block << ") {\n";
+  if (p.outer) {
+    os << "  __shared__ float mf_part[" << max_reductions << "][" << by << "][" << bx << "];\n";
+    os << "  for (" << it << " row0 = (" << it << ")blockIdx.x * " << bx << "; row0 < " << s.rows << "; row0 += (" << it
+       << ")gridDim.x * " << bx << ") {\n";
+    os << "    const " << it << " row = row0 + threadIdx.x;  // this thread's kept element\n";
+    os << "    const bool mf_active = row < " << s.rows << ";\n";
+  } else {
+    if (block_mode) os << "  __shared__ float mf_red[" << max_reductions << "][32];\n";
+    const std::string per_block = by == 1 ? "" : " * " + std::to_string(by);
+    os << "  for (" << it << " row = (" << it << ")blockIdx.x" << per_block << (by == 1 ? "" : " + threadIdx.y")
+       << "; row < " << s.rows << "; row += (" << it << ")gridDim.x" << per_block << ") {\n";
+  }
   // Row offsets of every load; per-row loads.
   auto row_off = emitOffsets(p.row_region, p.row_index, "row", "rc", it, "    ", os);
   for (const TensorView* tv : p.loads) {
     os << "    const " << it << " ro" << tv->name() << " = " << row_off.at(tv) << ";\n";
     if (!p.varies.at(tv)) {
-      os << "    const float " << tensorLocal(tv) << " = " << loadExpr(tv->dtype(), tensorParam(tv) + "[ro" + std::to_string(tv->name()) + "]")
+      std::string value = loadExpr(tv->dtype(), tensorParam(tv) + "[ro" + std::to_string(tv->name()) + "]");
+      os << "    const float " << tensorLocal(tv) << " = " << (p.outer ? "mf_active ? " + value + " : 0.0f" : value)
          << ";\n";
     }
   }
@@ -102,7 +113,7 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
     }
     for (const TensorView* out : p.row_outputs) {
       if (p.stage.at(out) != stage) continue;
-      os << "    if (threadIdx.x == 0) " << tensorParam(out) << "[row] = " << storeExpr(out->dtype(), tensorLocal(out))
+      os << (p.outer ? "    if (threadIdx.y == 0 && mf_active) " : "    if (threadIdx.x == 0) ") << tensorParam(out) << "[row] = " << storeExpr(out->dtype(), tensorLocal(out))
          << ";\n";
     }
   };
@@ -149,6 +160,9 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
         in = "      ";
       }
       persistentHeader();
+    } else if (p.outer) {
+      os << "    if (mf_active) {\n";
+      os << "    for (" << it << " j = threadIdx.y; j < " << s.red << "; j += " << by << ") {\n";
     } else {
       os << "    for (" << it << " j = " << timesText("(" + it + ")threadIdx.x", v) << "; j < " << s.red << "; j += "
          << bx * v << ") {\n";
@@ -164,7 +178,9 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
       os << in << "const " << arrayOf(tv, v) << " v" << name << " = *reinterpret_cast<const " << arrayOf(tv, v) << "*>("
          << tensorParam(tv) << " + " << offset(tv, col_off) << ");\n";
     }
-    for (const TensorView* tv : ls.stores) os << in << arrayOf(tv, v) << " o" << tv->name() << ";\n";
+    if (v > 1) {
+      for (const TensorView* tv : ls.stores) os << in << arrayOf(tv, v) << " o" << tv->name() << ";\n";
+    }
     std::string lane = in;
     if (v > 1) {
       os << "#pragma unroll\n" << in << "for (int k = 0; k < " << v << "; ++k) {\n";
@@ -180,8 +196,9 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
       os << lane << acc << " = " << fillTemplate(opInfo(r->op()).cuda_combine, {acc, operandText(r->input(0))}) << ";\n";
     }
     for (const TensorView* tv : ls.stores) {
-      std::string dst = v > 1 ? "o" + std::to_string(tv->name()) + ".v[k]"
-                              : tensorParam(tv) + "[row * " + red_text + " + j]";
+      std::string dst = v > 1     ? "o" + std::to_string(tv->name()) + ".v[k]"
+                        : p.outer ? tensorParam(tv) + "[j * " + std::to_string(s.rows) + " + row]"
+                                  : tensorParam(tv) + "[row * " + red_text + " + j]";
       os << lane << dst << " = " << storeExpr(tv->dtype(), tensorLocal(tv)) << ";\n";
     }
     if (v > 1) {
@@ -193,6 +210,25 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
     }
     if (p.persistent && guarded) os << "      }\n";
     os << "    }\n";
+    if (p.outer) {
+      os << "    }\n";
+      if (!ls.reductions.empty()) {  // every row of threads' partials, combined in a fixed order
+        os << "    __syncthreads();  // earlier readers of mf_part are done\n";
+        for (size_t i = 0; i < ls.reductions.size(); ++i) {
+          os << "    mf_part[" << i << "][threadIdx.y][threadIdx.x] = " << tensorLocal(ls.reductions[i]->out()) << ";\n";
+        }
+        os << "    __syncthreads();\n";
+        for (size_t i = 0; i < ls.reductions.size(); ++i) {
+          const Expr* r = ls.reductions[i];
+          const std::string acc = tensorLocal(r->out());
+          const std::string slot = "mf_part[" + std::to_string(i) + "]";
+          os << "    " << acc << " = " << slot << "[0][threadIdx.x];\n";
+          os << "    for (int w = 1; w < " << by << "; ++w) " << acc << " = "
+             << fillTemplate(opInfo(r->op()).cuda_combine, {acc, slot + "[w][threadIdx.x]"}) << ";\n";
+        }
+      }
+      continue;
+    }
     // Combine the loop's reductions over the warp, then the block.
     for (const Expr* r : ls.reductions) {
       const std::string acc = tensorLocal(r->out());

@@ -110,7 +110,8 @@ struct NormPlan {
   // registers; multi-pass plans re-read them from global memory.
   std::unordered_set<const TensorView*> reread;
   bool persistent = true;
-  int64_t iters = 1;  // persistent: vector groups per thread per row
+  int64_t iters = 1;   // persistent: vector groups per thread per row
+  bool outer = false;  // the reduced axes are outermost: a thread per kept element, multi-pass
   Region row_region, col_region;  // the kept / reduced halves of the domain, for offsets
   IndexPlan row_index, col_index;
 };

@@ -1,8 +1,9 @@
 // The persistent normalization plan: reductions over the innermost axes whose results flow back
-// into the row (softmax, log-softmax, RMSNorm, LayerNorm, their backward), in one kernel.
+// into the row (softmax, log-softmax, RMSNorm, LayerNorm, their backward), in one kernel; and the
+// outer variant (reductions over the outermost axes, batch-norm-like), multi-pass.
 //
 // Requires: a successful analyzeSegment with at least one reduction. Guarantees on success: a
-// NormPlan where every reduction reduces the same innermost domain axes of an input that has the
+// NormPlan where every reduction reduces the same innermost (or outermost) axes of an input that has the
 // whole domain; every tensor of the segment maps onto the domain (axis_map); every output either
 // has the whole domain (stored per element) or the kept axes only (stored once per row); `stage`,
 // `varies` and `home` say in which loop over the row each value is available or computed.
@@ -13,6 +14,8 @@
 //   warp     rows of at most 64 vectors: one warp per row, 8 rows per block, shuffles only.
 //   block    else one row per block of T = ceilPow2(vectors / 2) threads (64..1024), `iters`
 //            vector groups per thread, blocks strided over rows (grid <= SMs x 2048 / T).
+//   outer    a column (kept index) per thread, 32 x 16 threads: threadIdx.y strides the reduced
+//            rows (coalesced across threadIdx.x); partials combine through shared memory.
 //   persistent  when the raw vectors of the loads that later loops read again fit in 32 registers
 //            per thread (and iters x vec <= 32): they stay in registers and later loops recompute
 //            from them (an exp again is cheaper than the registers of a float copy); else each loop
@@ -100,30 +103,45 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
   const KernelSegment& seg = *a.segment;
   NormPlan& p = s->norm;
   s->kind = Kind::Normalization;
-  // The domain: the first reduction's input, kept axes then reduced axes (inner layout only).
+  // The domain: the first reduction's input; domain axes number the kept axes first, then the
+  // reduced ones. Inner: x is [kept..., reduced...]; outer: [reduced..., kept...].
   const Expr* first = a.reductions.at(0);
   const auto* x0 = static_cast<const TensorView*>(first->input(0));
   const auto& xs = a.shape.at(x0);
-  std::vector<bool> x0_reduced;
+  std::vector<bool> flags;  // reduced, per non-1 axis of x0
   for (size_t i = 0; i < xs.size(); ++i) {
     if (xs[i] == 1) continue;
     const auto& dims = first->attrs().dims;
     bool r = std::find(dims.begin(), dims.end(), static_cast<int64_t>(i)) != dims.end();
-    if (!r && !p.reduced.empty()) {
+    flags.push_back(r);
+    (r ? p.reduced : p.kept).push_back(xs[i]);
+  }
+  auto runs = [&](bool first_flag) {  // all `first_flag` axes before all others
+    size_t i = 0;
+    while (i < flags.size() && flags[i] == first_flag) ++i;
+    return std::none_of(flags.begin() + static_cast<std::ptrdiff_t>(i), flags.end(),
+                        [&](bool f) { return f == first_flag; });
+  };
+  if (!runs(false)) {
+    if (!runs(true)) {
       *why = str(first->toString(), ": the reduced axes of ", x0->toString(),
-                 " are not all innermost; the normalization kernel reduces the innermost axes");
+                 " are neither all innermost nor all outermost; the normalization kernel reduces one end");
       return false;
     }
-    (r ? p.reduced : p.kept).push_back(xs[i]);
+    p.outer = true;
   }
   std::vector<int64_t> extents = p.kept;
   extents.insert(extents.end(), p.reduced.begin(), p.reduced.end());
-  std::vector<int> all_axes, kept_axes;
-  for (size_t d = 0; d < extents.size(); ++d) {
-    all_axes.push_back(static_cast<int>(d));
-    if (d < p.kept.size()) kept_axes.push_back(static_cast<int>(d));
-  }
   const int nk = static_cast<int>(p.kept.size());
+  std::vector<int> all_axes, kept_axes;  // all_axes: x0's order
+  for (int d = 0; d < nk; ++d) kept_axes.push_back(d);
+  for (size_t d = 0; d < p.reduced.size(); ++d) {
+    if (p.outer) all_axes.push_back(nk + static_cast<int>(d));
+  }
+  all_axes.insert(all_axes.end(), kept_axes.begin(), kept_axes.end());
+  for (size_t d = 0; d < p.reduced.size(); ++d) {
+    if (!p.outer) all_axes.push_back(nk + static_cast<int>(d));
+  }
   // Anchors: every reduction input walks the whole domain; outputs the whole domain or the kept axes.
   std::unordered_set<const Expr*> reductions(a.reductions.begin(), a.reductions.end());
   for (const Expr* r : a.reductions) {
@@ -247,6 +265,18 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
   p.row_index = planIndexing(a, p.row_region);
   p.col_index = planIndexing(a, p.col_region);
 
+  // What each loop computes: the values homed there, and whatever varying values they need.
+  p.loop_values.assign(static_cast<size_t>(p.last_loop + 1), {});
+  for (const auto& [tv, home] : p.home) p.loop_values[static_cast<size_t>(home)].insert(tv);
+  for (auto& m : p.loop_values) {
+    for (auto e = seg.exprs.rbegin(); e != seg.exprs.rend(); ++e) {
+      if (reductions.count(*e) || !m.count((*e)->out())) continue;
+      for (const Val* in : (*e)->inputs()) {
+        if (in->isTensor() && p.varies.at(static_cast<const TensorView*>(in))) m.insert(static_cast<const TensorView*>(in));
+      }
+    }
+  }
+
   // Vector width.
   int64_t rows = 1, red = 1;
   for (int64_t e : p.kept) rows *= e;
@@ -263,6 +293,18 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
     if (p.varies.at(tv)) max_bytes = std::max(max_bytes, sizeInBytes(tv->dtype()));
   }
   s->vec = 1;
+  KernelLaunch& l = s->launch;
+  if (p.outer) {
+    // A thread per kept element (column) and row of threads: threadIdx.y strides the reduced
+    // rows, so each warp reads 32 adjacent columns of one row; every loop reads from memory.
+    l.block_x = 32;
+    l.block_y = 16;
+    l.grid_x = std::max<int64_t>(1, std::min(ceilDiv(rows, l.block_x), o.sm_count * 4));
+    p.persistent = false;
+    int64_t bound = rows * red + l.grid_x * l.block_x + l.block_y * rows;
+    s->index64 = bound > kInt32Max || p.row_index.max_offset + p.col_index.max_offset > kInt32Max;
+    return true;
+  }
   for (int64_t v = std::min<int64_t>(8, 16 / max_bytes); v >= 2 && !p.col_index.dims.empty(); v /= 2) {
     bool ok = red % v == 0 && p.col_index.dims.back() % v == 0;
     for (const TensorView* tv : p.loads) {
@@ -279,7 +321,6 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
     }
   }
   // Threads, persistence.
-  KernelLaunch& l = s->launch;
   const int64_t vectors = ceilDiv(red, s->vec);
   if (vectors <= 64) {
     l.block_x = 32;
@@ -291,22 +332,11 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
     l.grid_x = std::max<int64_t>(1, std::min(rows, o.sm_count * std::max<int64_t>(1, 2048 / l.block_x)));
   }
   p.iters = ceilDiv(vectors, l.block_x);
-  // What each loop computes: the values homed there, and whatever varying values they need.
-  p.loop_values.assign(static_cast<size_t>(p.last_loop + 1), {});
-  for (const auto& [tv, home] : p.home) p.loop_values[static_cast<size_t>(home)].insert(tv);
-  for (auto& m : p.loop_values) {
-    for (auto e = seg.exprs.rbegin(); e != seg.exprs.rend(); ++e) {
-      if (reductions.count(*e) || !m.count((*e)->out())) continue;
-      for (const Val* in : (*e)->inputs()) {
-        if (in->isTensor() && p.varies.at(static_cast<const TensorView*>(in))) m.insert(static_cast<const TensorView*>(in));
-      }
-    }
-  }
   int64_t kept_bytes = 0;  // per vector group, of the loads kept in registers
   for (const TensorView* tv : p.loads) {
     if (!p.varies.at(tv)) continue;
-    for (int l = p.home.at(tv) + 1; l <= p.last_loop; ++l) {
-      if (p.loop_values[static_cast<size_t>(l)].count(tv)) p.reread.insert(tv);
+    for (int loop = p.home.at(tv) + 1; loop <= p.last_loop; ++loop) {
+      if (p.loop_values[static_cast<size_t>(loop)].count(tv)) p.reread.insert(tv);
     }
     if (p.reread.count(tv)) kept_bytes += s->vec * sizeInBytes(tv->dtype());
   }

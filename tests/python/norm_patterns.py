@@ -119,6 +119,10 @@ def make_inputs(name, dtype, rows, cols, transposed=False, device="cpu"):
         return [m(), m(), torch.randn(rows, device=device) * 0.1, torch.rand(rows, device=device) + 0.5, vec()]
     if name == "transposed_add":
         return [_matrix(cols, rows, dtype, False, device), m()]
+    if name == "batch_norm":
+        return [m(), vec(), vec()]
+    if name == "softmax_dim0":
+        return [m()]
     raise KeyError(name)
 
 
@@ -147,4 +151,35 @@ def torch_reference(name, inputs, dtype):
         return [(rstd[:, None] * (gw - gw.mean(-1, keepdim=True) - xhat * (gw * xhat).mean(-1, keepdim=True))).to(dtype)]
     if name == "transposed_add":
         return [inputs[0].t() + inputs[1]]
+    if name == "batch_norm":
+        mean = f[0].mean(0)
+        d = f[0] - mean
+        rstd = torch.rsqrt((d * d).mean(0) + EPS)
+        return [(d * rstd * f[1] + f[2]).to(dtype), mean, rstd]
+    if name == "softmax_dim0":
+        return [torch.softmax(f[0], 0).to(dtype)]
     raise KeyError(name)
+
+
+def batch_norm(fd, dt, rows, cols):
+    """Statistics over the rows (the outer axis) of [rows, cols], per column: (x - mean) * rstd * w + b."""
+    x = _x(fd, dt)
+    w = fd.ops.cast(fd.define_tensor([-1], dtype=dt), F)
+    b = fd.ops.cast(fd.define_tensor([-1], dtype=dt), F)
+    col = lambda t: fd.ops.broadcast_in_dim(t, [rows, -1], [1])  # noqa: E731
+    mean = fd.ops.div(fd.ops.sum(x, [0]), float(rows))
+    d = fd.ops.sub(x, col(mean))
+    rstd = fd.ops.rsqrt(fd.ops.add(fd.ops.div(fd.ops.sum(fd.ops.mul(d, d), [0]), float(rows)), EPS))
+    fd.add_output(fd.ops.cast(fd.ops.add(fd.ops.mul(fd.ops.mul(d, col(rstd)), w), b), dt))
+    fd.add_output(mean)
+    fd.add_output(rstd)
+
+
+def softmax_dim0(fd, dt, rows, cols):
+    x = _x(fd, dt)
+    m = fd.ops.max(x, [0], keepdim=True)
+    e = fd.ops.exp(fd.ops.sub(x, m))
+    fd.add_output(fd.ops.cast(fd.ops.div(e, fd.ops.sum(e, [0], keepdim=True)), dt))
+
+
+OUTER_PATTERNS = {"batch_norm": batch_norm, "softmax_dim0": softmax_dim0}

@@ -145,6 +145,24 @@ def test_normalization_kernels(name, dtype, cols, transposed):
     assert_matches(result, reference)
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("transposed", [False, True], ids=["contiguous", "transposed"])
+@pytest.mark.parametrize("rows,cols", [(1, 7), (7, 1000), (1000, 7), (4097, 64), (65537, 3), (300, 4097)])
+@pytest.mark.parametrize("dtype", list(ALL_DTYPES))
+@pytest.mark.parametrize("name", list(norm_patterns.OUTER_PATTERNS))
+def test_outer_normalization_kernels(name, dtype, rows, cols, transposed):
+    """Statistics over the outer axis (batch-norm-like), one kernel."""
+    with FusionDefinition() as fd:
+        getattr(norm_patterns, name)(fd, ALL_DTYPES[dtype], rows, cols)
+    torch.manual_seed(0)
+    inputs = norm_patterns.make_inputs(name, dtype, rows, cols, transposed)
+    reference = fd.execute(inputs)
+    with meshfuser.Profiler() as prof:
+        result = fd.execute([t.cuda() for t in inputs])
+    assert [k.scheduler for k in prof.profile.kernel_profiles] == ["normalization"]
+    assert_matches(result, reference)
+
+
 def test_transposed_add_kernel():
     with FusionDefinition() as fd:
         norm_patterns.transposed_add(fd, DataType.BFloat16, 1000, 777)

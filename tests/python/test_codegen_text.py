@@ -25,7 +25,7 @@ def build(name, dtype, rows, cols):
 
 
 def kernels(name, dtype, rows, cols, transposed=False):
-    fd = build(name, dtype, rows, cols)
+    fd = build(name, dtype, rows, cols)  # any pattern of norm_patterns
     torch.manual_seed(0)
     return fd.cuda_kernels(norm_patterns.make_inputs(name, dtype, rows, cols, transposed))
 
@@ -39,6 +39,14 @@ def scheduler_of(source):
 def test_normalizations_are_one_kernel(name, cols):
     sources = kernels(name, torch.bfloat16, 3, cols)
     assert [scheduler_of(s) for s in sources] == ["normalization"]
+
+
+@pytest.mark.parametrize("name", list(norm_patterns.OUTER_PATTERNS))
+@pytest.mark.parametrize("rows,cols", [(1000, 100), (7, 3), (4096, 1)])
+def test_outer_normalizations_are_one_kernel(name, rows, cols):
+    (src,) = kernels(name, torch.float32, rows, cols)
+    assert scheduler_of(src) == "normalization"
+    assert ("// outer normalization" in src) == (cols > 1)  # one column: a single row, reduced innermost
 
 
 def test_softmax_reads_the_row_once_in_registers():
@@ -75,7 +83,7 @@ def test_transposed_input_normalization_is_correct_scalar_code():
 def test_normalization_matches_aten_on_cpu_shapes():
     # The plan must not change what runs on CPUs: the ATen evaluator computes the same formula as
     # PyTorch (a guard for the pattern builders the GPU tests and the benchmark share).
-    for name in norm_patterns.PATTERNS:
+    for name in [*norm_patterns.PATTERNS, *norm_patterns.OUTER_PATTERNS]:
         torch.manual_seed(0)
         inputs = norm_patterns.make_inputs(name, torch.float32, 5, 33)
         out = build(name, torch.float32, 5, 33).execute(inputs)
@@ -98,6 +106,10 @@ def corpus():
                         out.append((f"{name}_{dtype}_{rows}x{cols}_{transposed}", src))
     for src in kernels("transposed_add", torch.bfloat16, 1024, 512):
         out.append(("transposed_add", src))
+    for name in norm_patterns.OUTER_PATTERNS:
+        for dtype in (torch.float32, torch.bfloat16):
+            for src in kernels(name, dtype, 1000, 100):
+                out.append((f"{name}_{dtype}", src))
     return out
 
 
