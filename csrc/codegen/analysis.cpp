@@ -2,9 +2,10 @@
 //
 // Requires: a KernelSegment (exprs topologically ordered) and one KernelTensorArg per tensor input
 // (or one per input Val, scalar entries ignored). Guarantees on success: every op is pointwise, cast,
-// broadcast_in_dim, squeeze, permute or a sum/max/min; every tensor is float, half,
-// bfloat16 or bool; no output has a root domain; Analysis::shape holds the local (per-device) sizes
-// of every tensor, propagated from the args with the ATen evaluator's rules.
+// broadcast_in_dim, squeeze, permute or a sum/max/min; every tensor is float, half, bfloat16,
+// bool, double, int32 or int64 (the last three make the kernel compute in double); no output has a
+// root domain; Analysis::shape holds the local (per-device) sizes of every tensor, propagated from
+// the args with the ATen evaluator's rules.
 #include <algorithm>
 
 #include "codegen/internal.h"
@@ -17,8 +18,11 @@ namespace codegen {
 namespace {
 
 bool supportedDtype(DataType dt) {
-  return dt == DataType::Float || dt == DataType::Half || dt == DataType::BFloat16 || dt == DataType::Bool;
+  return dt == DataType::Float || dt == DataType::Half || dt == DataType::BFloat16 || dt == DataType::Bool ||
+         dt == DataType::Double || dt == DataType::Int || dt == DataType::Int32;
 }
+
+bool needsDouble(DataType dt) { return dt == DataType::Double || dt == DataType::Int || dt == DataType::Int32; }
 
 }  // namespace
 
@@ -101,8 +105,7 @@ bool checkOp(const Expr* e, std::string* why) {
 bool checkDtype(const TensorView* tv, std::string* why) {
   if (supportedDtype(tv->dtype())) return true;
   *why = str(tv->toString(), " has dtype ", toString(tv->dtype()),
-             "; generated kernels support float, half, bfloat16 and bool tensors (compute is in float, so ",
-             (tv->dtype() == DataType::Double ? "double would lose precision" : "integers would not be exact"), ")");
+             "; generated kernels support float, half, bfloat16, bool, double, int32 and int64 tensors");
   return false;
 }
 
@@ -138,6 +141,7 @@ bool analyzeSegment(const KernelSegment& segment, const std::vector<KernelTensor
     const auto* tv = static_cast<const TensorView*>(v);
     const KernelTensorArg& arg = args[next++];
     if (!checkDtype(tv, why)) return false;
+    a->compute_double = a->compute_double || needsDouble(tv->dtype());
     if (arg.dtype != tv->dtype()) {
       *why = str("input ", tv->toString(), " is declared ", toString(tv->dtype()), " but the arg is ", toString(arg.dtype));
       return false;
@@ -168,6 +172,7 @@ bool analyzeSegment(const KernelSegment& segment, const std::vector<KernelTensor
     if (isReduction(e->op())) a->reductions.push_back(e);
     const TensorView* out = e->out();
     if (!checkDtype(out, why)) return false;
+    a->compute_double = a->compute_double || needsDouble(out->dtype());
     std::vector<int64_t> shape;
     if (!outputShape(*a, e, &shape, why)) return false;
     a->shape[out] = shape;

@@ -5,9 +5,12 @@
 // computed in float; NaN propagates through max/min/maximum/minimum/relu like PyTorch; gelu is the
 // exact erf form; cast to half/bfloat16 rounds (to nearest even) exactly where the program casts;
 // bool values are 0.0f/1.0f and stored as one byte 0/1. Only NVRTC built-ins are used (no includes).
+// A kernel with double or integer tensors computes in double instead (toDoubleCompute): exact for
+// integers below 2^53; casts to float round where the program casts, casts to integers truncate.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <regex>
 
 #include "codegen/internal.h"
 #include "support/error.h"
@@ -55,12 +58,42 @@ __device__ __forceinline__ float mf_sigmoid(float x) { return 1.0f / (1.0f + exp
 )";
 }
 
+namespace {
+thread_local bool compute_in_double = false;  // set by DoubleComputeScope while one kernel is emitted
+}  // namespace
+
+DoubleComputeScope::DoubleComputeScope(bool on) : previous_(compute_in_double) { compute_in_double = on; }
+DoubleComputeScope::~DoubleComputeScope() { compute_in_double = previous_; }
+
+std::string doubleHelpers() {
+  return R"(// Double compute (the kernel has double or integer tensors): double overloads of the helpers.
+__device__ __forceinline__ double mf_max(double a, double b) { return (a != a || a > b) ? a : b; }
+__device__ __forceinline__ double mf_min(double a, double b) { return (a != a || a < b) ? a : b; }
+__device__ __forceinline__ double mf_relu(double x) { return (x != x || x > 0.0) ? x : 0.0; }
+__device__ __forceinline__ double mf_gelu(double x) { return 0.5 * x * (1.0 + erf(x * 0.70710678118654752440)); }
+__device__ __forceinline__ double mf_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+__device__ __forceinline__ double mf_round_to_float(double x) { return (double)(float)x; }
+)";
+}
+
+std::string toDoubleCompute(const std::string& body) {
+  // Locals, casts and accumulators (identifiers such as mf_bf16_to_float keep their names).
+  std::string text = std::regex_replace(body, std::regex(R"(\bfloat\b)"), "double");
+  // The single-precision math functions of the op registry's expressions.
+  text = std::regex_replace(text, std::regex(R"(\b(fabs|exp|log|tanh|sqrt|rsqrt|erf|sin|cos|pow)f\()"), "$1(");
+  // Float literals (1.0f, 2.5e-06f); hex constants such as 0x7f800000 have no '.'.
+  return std::regex_replace(text, std::regex(R"((\b\d+\.\d*(?:e[-+]?\d+)?)f\b)"), "$1");
+}
+
 std::string cudaType(DataType dt) {
   switch (dt) {
     case DataType::Float: return "float";
     case DataType::Half: return "mf_half";
     case DataType::BFloat16: return "mf_bf16";
     case DataType::Bool: return "mf_bool";
+    case DataType::Double: return "double";
+    case DataType::Int: return "long long";
+    case DataType::Int32: return "int";
     default: MF_THROW_INTERNAL("codegen: no CUDA storage type for ", toString(dt));
   }
 }
@@ -72,7 +105,8 @@ std::string floatLiteral(double v) {
   if (std::isnan(v)) return "__int_as_float(0x7fffffff)";
   if (std::isinf(v)) return v > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)";
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%.9g", static_cast<double>(static_cast<float>(v)));
+  if (compute_in_double) std::snprintf(buf, sizeof(buf), "%.17g", v);
+  else std::snprintf(buf, sizeof(buf), "%.9g", static_cast<double>(static_cast<float>(v)));
   std::string s = buf;
   if (s.find_first_of(".e") == std::string::npos) s += ".0";
   if (s == "inf" || s == "-inf") return s[0] == '-' ? "__int_as_float(0xff800000)" : "__int_as_float(0x7f800000)";
@@ -91,7 +125,10 @@ std::string loadExpr(DataType dt, const std::string& element) {
     case DataType::Float: return element;
     case DataType::Half: return "mf_half_to_float(" + element + ")";
     case DataType::BFloat16: return "mf_bf16_to_float(" + element + ")";
-    case DataType::Bool: return "(float)" + element;
+    case DataType::Bool:
+    case DataType::Double:
+    case DataType::Int:
+    case DataType::Int32: return "(float)" + element;  // double compute for double and integers
     default: MF_THROW_INTERNAL("codegen: cannot load ", toString(dt));
   }
 }
@@ -102,6 +139,9 @@ std::string storeExpr(DataType dt, const std::string& value) {
     case DataType::Half: return "mf_float_to_half(" + value + ")";
     case DataType::BFloat16: return "mf_float_to_bf16(" + value + ")";
     case DataType::Bool: return "(mf_bool)(" + value + " != 0.0f)";
+    case DataType::Double: return value;
+    case DataType::Int: return "(long long)(" + value + ")";
+    case DataType::Int32: return "(int)(" + value + ")";
     default: MF_THROW_INTERNAL("codegen: cannot store ", toString(dt));
   }
 }
@@ -127,6 +167,9 @@ std::string roundTo(DataType dt, const std::string& a) {
     case DataType::Half: return "mf_half_to_float(mf_float_to_half(" + a + "))";
     case DataType::BFloat16: return "mf_bf16_to_float(mf_float_to_bf16(" + a + "))";
     case DataType::Bool: return "(" + a + " != 0.0f ? 1.0f : 0.0f)";
+    case DataType::Float: return compute_in_double ? "mf_round_to_float(" + a + ")" : a;
+    case DataType::Int:
+    case DataType::Int32: return "trunc(" + a + ")";  // toward zero, as a C cast (integers mean double compute)
     default: return a;
   }
 }

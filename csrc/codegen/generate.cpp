@@ -27,6 +27,7 @@ std::optional<GeneratedKernel> generateKernel(const KernelSegment& segment, cons
     return std::nullopt;
   }
   GeneratedKernel k;
+  codegen::DoubleComputeScope compute_type(a.compute_double);
   std::string text;
   switch (s.kind) {
     case codegen::Kind::Pointwise:
@@ -44,6 +45,10 @@ std::optional<GeneratedKernel> generateKernel(const KernelSegment& segment, cons
     default:
       k.scheduler = "reduction";
       text = codegen::emitReduction(a, s, kNameToken);
+  }
+  if (a.compute_double) {  // the body after the prelude, which keeps its float helpers
+    size_t body = codegen::prelude().size();
+    text = text.substr(0, body) + codegen::doubleHelpers() + codegen::toDoubleCompute(text.substr(body));
   }
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(fnv1a(text)));

@@ -37,6 +37,7 @@ struct Analysis {
   std::unordered_map<const TensorView*, const Expr*> producer;        // tensors defined in the segment
   std::vector<const Expr*> reductions;                               // every sum/max/min, in order
   const Expr* reduction = nullptr;                                    // the reduction when there is exactly one
+  bool compute_double = false;  // a double or integer tensor: the kernel computes in double
 };
 
 // Checks dtypes and ops, binds args, propagates local shapes.
@@ -140,6 +141,21 @@ struct Schedule {
 bool chooseSchedule(const Analysis& a, const CodegenOptions& options, Schedule* s, std::string* why);
 
 // ---- text helpers (emit_common.cpp) ----
+// While alive, the kernel being emitted computes in double (literals print as doubles, casts to
+// float round explicitly); toDoubleCompute then rewrites its float text, doubleHelpers() follows
+// the prelude.
+class DoubleComputeScope {
+ public:
+  explicit DoubleComputeScope(bool on);
+  ~DoubleComputeScope();
+  DoubleComputeScope(const DoubleComputeScope&) = delete;
+  DoubleComputeScope& operator=(const DoubleComputeScope&) = delete;
+
+ private:
+  bool previous_;
+};
+std::string toDoubleCompute(const std::string& body);
+std::string doubleHelpers();
 std::string cudaType(DataType dt);                    // storage type in the kernel
 std::string tensorLocal(const TensorView* tv);        // "t3"
 std::string tensorParam(const TensorView* tv);        // "T3"

@@ -245,3 +245,45 @@ def test_reductions_over_any_adjacent_axes(op, dtype, shape, dims):
         result = fd.execute([t.cuda() for t in inputs])
     assert [k.scheduler for k in prof.profile.kernel_profiles] == ["reduction"]
     torch.testing.assert_close(result[0].cpu(), reference[0], rtol=1e-4, atol=1e-4)
+
+
+INT_DTYPES = {torch.float64: DataType.Double, torch.int64: DataType.Int, torch.int32: DataType.Int32,
+              torch.bool: DataType.Bool}
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "min"])
+@pytest.mark.parametrize("dtype", list(INT_DTYPES))
+@pytest.mark.parametrize("shape,dims", [((300, 517), [1]), ((517, 300), [0]), ((6, 100, 40), [1])])
+def test_reductions_of_double_integer_and_bool(op, dtype, shape, dims):
+    """Kernels with double or integer tensors compute in double: exact for these integers."""
+    torch.manual_seed(0)
+    x = (torch.randn(shape) * 100).to(dtype) if dtype != torch.bool else torch.randn(shape) > 0
+    if dtype == torch.bool and op != "sum":
+        pytest.skip("amax/amin of bool: not a meshfuser reduction dtype")
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1] * len(shape), dtype=INT_DTYPES[dtype])
+        fd.add_output(getattr(fd.ops, op)(t, dims))
+    reference = fd.execute([x])
+    with meshfuser.Profiler() as prof:
+        result = fd.execute([x.cuda()])
+    assert [k.scheduler for k in prof.profile.kernel_profiles] == ["reduction"]
+    assert result[0].dtype == reference[0].dtype
+    torch.testing.assert_close(result[0].cpu(), reference[0], rtol=1e-12, atol=0)
+
+
+def test_integer_pointwise_with_comparison_and_where():
+    torch.manual_seed(0)
+    a = torch.randint(-1000, 1000, (129, 65))
+    b = torch.randint(-1000, 1000, (65,), dtype=torch.int32)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Int)
+        y = fd.define_tensor([-1], dtype=DataType.Int32)
+        s = fd.ops.add(fd.ops.mul(x, y), 7)
+        fd.add_output(fd.ops.where(fd.ops.gt(s, 0), s, fd.ops.neg(s)))
+        fd.add_output(fd.ops.div(x, y))
+    reference = fd.execute([a, b])
+    with meshfuser.Profiler() as prof:
+        result = fd.execute([a.cuda(), b.cuda()])
+    assert [k.scheduler for k in prof.profile.kernel_profiles] == ["pointwise"]
+    torch.testing.assert_close(result[0].cpu(), reference[0], rtol=0, atol=0)
+    torch.testing.assert_close(result[1].cpu(), reference[1], rtol=1.3e-6, atol=1e-5, equal_nan=True)

@@ -189,3 +189,12 @@ def test_fallback_dump_names_each_op_left_on_aten():
     lines = [l for l in r.stdout.splitlines() if "runs on the ATen evaluator" in l]
     assert len(lines) == 1 and "matmul" in lines[0] and "cuBLAS" in lines[0], r.stdout
     assert "KERNELS 1" in r.stdout  # relu and the softmax: one generated kernel
+
+
+def test_integer_reductions_are_generated_in_double():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Int)
+        fd.add_output(fd.ops.sum(x, [1]))
+    (src,) = fd.cuda_kernels([torch.zeros(8, 16, dtype=torch.int64)])
+    assert scheduler_of(src) == "reduction"
+    assert "const long long* __restrict__ T0" in src and "double t1 = 0.0;" in src and "expf(t" not in src

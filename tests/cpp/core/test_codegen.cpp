@@ -263,6 +263,24 @@ Case sumOf(std::vector<int64_t> shape, std::vector<int64_t> dims) {
   }, {arg(kF, shape)});
 }
 
+Case negInt64() {
+  return makeCase("neg_int64", [](Fusion& f) {
+    f.addOutput(unaryOp(OpType::Neg, defineTensor(f, {4, 8}, DataType::Int)));
+  }, {arg(DataType::Int, {4, 8})});
+}
+
+Case expDoubleScaled() {
+  return makeCase("exp_double", [](Fusion& f) {
+    f.addOutput(binaryOp(OpType::Mul, unaryOp(OpType::Exp, defineTensor(f, {64}, DataType::Double)), defineScalar(f, DataType::Double, 0.1)));
+  }, {arg(DataType::Double, {64})});
+}
+
+Case countTrue() {  // sum of bool is int64
+  return makeCase("count_true", [](Fusion& f) {
+    f.addOutput(reductionOp(OpType::Sum, defineTensor(f, {16, 33}, kB), {1}));
+  }, {arg(kB, {16, 33})});
+}
+
 // softmax over the last axis of a bf16 [rows, cols] tensor, float compute.
 Case softmaxBf16(int64_t rows, int64_t cols, std::vector<int64_t> strides = {}) {
   return makeCase("softmax", [rows, cols](Fusion& f) {
@@ -296,6 +314,9 @@ std::vector<Case> corpus() {
   v.push_back(sumOf({3000, 1001}, {1}));  // odd extents: scalar accesses, unrolled
   v.push_back(sumOf({1001, 3000}, {0}));
   v.push_back(sumOf({6, 1000, 40}, {1}));   // middle axis
+  v.push_back(negInt64());
+  v.push_back(expDoubleScaled());
+  v.push_back(countTrue());
   v.push_back(softmaxBf16(4096, 4096));        // block per row, persistent
   v.push_back(softmaxBf16(4096, 256));         // warp per row
   v.push_back(softmaxBf16(8, 1 << 20));        // multi-pass
@@ -480,16 +501,6 @@ TEST(CodegenTest, Refusals) {
   EXPECT_TRUE(contains(refusal([](Fusion& f) {
     f.addOutput(reshape(defineTensor(f, {4, 8}, kF), {32}));
   }, {arg(kF, {4, 8})}), "reshape is not supported"));
-  std::string int_why = refusal([](Fusion& f) {
-    f.addOutput(unaryOp(OpType::Neg, defineTensor(f, {4}, DataType::Int)));
-  }, {arg(DataType::Int, {4})});
-  EXPECT_TRUE(contains(int_why, "T0 has dtype int64; generated kernels support float, half, bfloat16 and bool")) << int_why;
-  EXPECT_TRUE(contains(refusal([](Fusion& f) {
-    f.addOutput(unaryOp(OpType::Exp, defineTensor(f, {4}, DataType::Double)));
-  }, {arg(DataType::Double, {4})}), "double would lose precision"));
-  EXPECT_TRUE(contains(refusal([](Fusion& f) {  // sum of bool is int64
-    f.addOutput(reductionOp(OpType::Sum, defineTensor(f, {4, 4}, kB), {1}));
-  }, {arg(kB, {4, 4})}), "has dtype int64"));
   EXPECT_TRUE(contains(refusal([](Fusion& f) {
     f.addOutput(reductionOp(OpType::Sum, defineTensor(f, {4, 8, 16}, kF), {0, 2}));
   }, {arg(kF, {4, 8, 16})}), "are not adjacent (kept axes between them)"));
@@ -523,6 +534,22 @@ TEST(CodegenTest, Refusals) {
     f.addOutput(unaryOp(OpType::Exp, defineTensor(f, {8}, kF)));
   }, {arg(kF, {4, 8}), arg(kF, {8})});
   EXPECT_TRUE(contains(side, "neither the row domain [4, 8] nor its kept axes [4]")) << side;
+}
+
+TEST(CodegenTest, DoubleAndIntegerKernelsComputeInDouble) {
+  auto neg = gen(negInt64());
+  ASSERT_TRUE(neg.has_value());
+  EXPECT_TRUE(contains(neg->source, "long long* __restrict__ T1")) << neg->source;
+  EXPECT_TRUE(contains(neg->source, "const double t1 = -t0;")) << neg->source;
+  EXPECT_TRUE(contains(neg->source, "o1.v[k] = (long long)(t1);")) << neg->source;
+  auto e = gen(expDoubleScaled());
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(contains(e->source, "= exp(t0);") && !contains(e->source, "expf(t0)")) << e->source;
+  EXPECT_TRUE(contains(e->source, "0.10000000000000001")) << e->source;  // a double literal, not 0.1f
+  auto count = gen(countTrue());
+  ASSERT_TRUE(count.has_value());
+  EXPECT_EQ(count->scheduler, "reduction");
+  EXPECT_TRUE(contains(count->source, "double t1 = 0.0;")) << count->source;
 }
 
 TEST(CodegenTest, MiddleAxisReductionIsAnOuterReductionPerSlice) {
