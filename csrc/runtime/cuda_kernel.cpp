@@ -127,7 +127,9 @@ CUfunction compile(const GeneratedKernel& kernel) {
   static std::unordered_map<std::string, CUfunction> cache;
   const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
   std::string arch = "sm_" + std::to_string(prop->major) + std::to_string(prop->minor);
-  std::string key = arch + "\n" + kernel.source;
+  // The name carries a 64-bit hash of the source: a short key keeps the per-launch lookup cheap
+  // (hashing a whole kernel's text on every launch cost microseconds).
+  std::string key = arch + ":" + std::to_string(static_cast<int>(c10::cuda::current_device())) + ":" + kernel.name;
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
   if (it != cache.end()) return it->second;

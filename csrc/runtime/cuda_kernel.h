@@ -1,6 +1,6 @@
 // Compiles generated CUDA source with NVRTC at run time and launches it through the CUDA driver
 // API on PyTorch's current stream. NVRTC and libcuda are loaded with dlopen, so CPU-only builds
-// and machines never need them. Kernels are cached by (source, architecture).
+// and machines never need them. Kernels are cached by (name, which hashes the source; architecture; device).
 #pragma once
 
 #include <ATen/ATen.h>
