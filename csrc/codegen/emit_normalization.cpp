@@ -141,10 +141,11 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
       return "ro" + std::to_string(tv->name()) + " + " + col_off.at(tv);
     };
     if (p.persistent) {
+      os << "    {  // this loop's registers\n";
       // Every load this loop makes, for all of the thread's groups, before any math.
       std::vector<const TensorView*> fresh;
       for (const TensorView* tv : ls.loads) {
-        if (p.home.at(tv) != l) continue;
+        if (p.home.at(tv) != l && p.reread.count(tv)) continue;  // in registers since its first loop
         fresh.push_back(tv);
         if (!p.reread.count(tv)) os << "    " << arrayOf(tv, v) << " mf_c" << tv->name() << "[" << p.iters << "];\n";
       }
@@ -210,6 +211,7 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
     }
     if (p.persistent && guarded) os << "      }\n";
     os << "    }\n";
+    if (p.persistent) os << "    }\n";
     if (p.outer) {
       os << "    }\n";
       if (!ls.reductions.empty()) {  // every row of threads' partials, combined in a fixed order

@@ -107,8 +107,9 @@ struct NormPlan {
   // Per loop, the varying tensors it computes (recomputed from the loads where an earlier loop had
   // them too: cheaper than keeping float copies live) and the varying loads it reads.
   std::vector<std::unordered_set<const TensorView*>> loop_values;
-  // Varying loads read again after their first loop: persistent plans keep their raw vectors in
-  // registers; multi-pass plans re-read them from global memory.
+  // Row-dependent varying loads read again after their first loop: persistent plans keep their
+  // raw vectors in registers; multi-pass plans, and loads the same for every row (weights), read
+  // them again from memory.
   std::unordered_set<const TensorView*> reread;
   bool persistent = true;
   int64_t iters = 1;   // persistent: vector groups per thread per row

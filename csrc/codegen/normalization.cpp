@@ -12,11 +12,12 @@
 //   vector   the widest of 8/4/2 elements (16 bytes for the widest full tensor) dividing the
 //            reduced extent, the varying loads' outer strides and their pointer alignment.
 //   warp     rows of at most 64 vectors: one warp per row, 8 rows per block, shuffles only.
-//   block    else one row per block of T = ceilPow2(vectors / 2) threads (64..1024), `iters`
-//            vector groups per thread, blocks strided over rows (grid <= SMs x 2048 / T).
+//   block    else one row per block of T = ceilPow2(vectors / 4) threads (64..512), `iters`
+//            vector groups per thread (4 for the benchmark widths), blocks strided over rows
+//            (grid <= SMs x 2048 / T).
 //   outer    a column (kept index) per thread, 32 x 16 threads: threadIdx.y strides the reduced
 //            rows (coalesced across threadIdx.x); partials combine through shared memory.
-//   persistent  when the raw vectors of the loads that later loops read again fit in 32 registers
+//   persistent  when the raw vectors of the loads that later loops read again fit in 64 registers
 //            per thread (and iters x vec <= 32): they stay in registers and later loops recompute
 //            from them (an exp again is cheaper than the registers of a float copy); else each loop
 //            re-reads the row from global memory (multi-pass), still one kernel.
@@ -32,8 +33,12 @@ namespace codegen {
 namespace {
 
 constexpr int64_t kInt32Max = 2147483647LL;
-constexpr int64_t kKeptRegistersPerThread = 32;  // 32-bit registers holding raw row data
+constexpr int64_t kKeptRegistersPerThread = 64;  // 32-bit registers holding raw row data
 constexpr int64_t kMaxUnrolledElements = 32;
+// Four 16-byte groups per thread keep 64 bytes of each input in flight per thread (two left the
+// 1024-thread blocks of a 16384-wide row at one block per SM and half the bytes in flight).
+constexpr int64_t kGroupsPerThread = 4;
+constexpr int64_t kMaxRowThreads = 512;
 
 int64_t ceilPow2(int64_t v) {
   int64_t p = 1;
@@ -327,14 +332,17 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
     l.block_y = 8;
     l.grid_x = std::max<int64_t>(1, std::min(ceilDiv(rows, l.block_y), o.sm_count * 8));
   } else {
-    l.block_x = std::min<int64_t>(std::max<int64_t>(64, ceilPow2(ceilDiv(vectors, 2))), o.max_threads_per_block);
-    l.block_x = floorPow2(l.block_x);
+    l.block_x = std::min<int64_t>(std::max<int64_t>(64, ceilPow2(ceilDiv(vectors, kGroupsPerThread))), kMaxRowThreads);
+    l.block_x = floorPow2(std::min(l.block_x, o.max_threads_per_block));
     l.grid_x = std::max<int64_t>(1, std::min(rows, o.sm_count * std::max<int64_t>(1, 2048 / l.block_x)));
   }
   p.iters = ceilDiv(vectors, l.block_x);
   int64_t kept_bytes = 0;  // per vector group, of the loads kept in registers
   for (const TensorView* tv : p.loads) {
     if (!p.varies.at(tv)) continue;
+    // The same for every row (a weight): read again from cache rather than held in registers.
+    const auto& rs = p.row_index.strides.at(tv);
+    if (std::all_of(rs.begin(), rs.end(), [](int64_t st) { return st == 0; }) && !p.kept.empty()) continue;
     for (int loop = p.home.at(tv) + 1; loop <= p.last_loop; ++loop) {
       if (p.loop_values[static_cast<size_t>(loop)].count(tv)) p.reread.insert(tv);
     }

@@ -563,8 +563,8 @@ TEST(CodegenTest, SoftmaxIsOneNormalizationKernel) {
   auto k = gen(softmaxBf16(32768, 4096));
   ASSERT_TRUE(k.has_value());
   EXPECT_EQ(k->scheduler, "normalization");
-  EXPECT_EQ((std::vector<int64_t>{k->launch.block_x, k->launch.block_y}), (std::vector<int64_t>{256, 1}));
-  EXPECT_TRUE(contains(k->source, "3 loop(s) over the row, persistent (2 groups per thread in registers)"))
+  EXPECT_EQ((std::vector<int64_t>{k->launch.block_x, k->launch.block_y}), (std::vector<int64_t>{128, 1}));
+  EXPECT_TRUE(contains(k->source, "3 loop(s) over the row, persistent (4 groups per thread in registers)"))
       << k->source;
   // x is read once (one 16-byte access per group), the output written once.
   EXPECT_TRUE(contains(k->source, "mf_c0[it] = *reinterpret_cast<const mf_array<mf_bf16, 8>*>(T0 + ro0 + j);"))
