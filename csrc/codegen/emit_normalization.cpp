@@ -74,7 +74,8 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
 
   std::ostringstream os;
   os << prelude() << "\n" << signature(a, name_token, bx * by);
-  os << "  // " << (p.outer ? "outer " : "") << "normalization: " << s.rows << " rows x " << s.red << " reduced elements, " << bx << " x " << by
+  os << "  // " << (p.outer ? "outer " : "") << "normalization: " << s.rows << " rows x " << s.red
+     << " reduced elements, " << bx << " x " << by
      << " threads per block, " << v << " per vector, " << loops << " loop(s) over the row, "
      << (p.persistent ? "persistent (" + std::to_string(p.iters) + " groups per thread in registers)"
                       : std::string("multi-pass (re-reads the row in each loop)"))
@@ -113,7 +114,8 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
     }
     for (const TensorView* out : p.row_outputs) {
       if (p.stage.at(out) != stage) continue;
-      os << (p.outer ? "    if (threadIdx.y == 0 && mf_active) " : "    if (threadIdx.x == 0) ") << tensorParam(out) << "[row] = " << storeExpr(out->dtype(), tensorLocal(out))
+      os << (p.outer ? "    if (threadIdx.y == 0 && mf_active) " : "    if (threadIdx.x == 0) ") << tensorParam(out)
+         << "[row] = " << storeExpr(out->dtype(), tensorLocal(out))
          << ";\n";
     }
   };
@@ -194,7 +196,8 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
     for (const Expr* e : ls.exprs) os << emitExpr(e, lane);
     for (const Expr* r : ls.reductions) {
       const std::string acc = tensorLocal(r->out());
-      os << lane << acc << " = " << fillTemplate(opInfo(r->op()).cuda_combine, {acc, operandText(r->input(0))}) << ";\n";
+      os << lane << acc << " = " << fillTemplate(opInfo(r->op()).cuda_combine, {acc, operandText(r->input(0))})
+         << ";\n";
     }
     for (const TensorView* tv : ls.stores) {
       std::string dst = v > 1     ? "o" + std::to_string(tv->name()) + ".v[k]"
@@ -217,7 +220,8 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
       if (!ls.reductions.empty()) {  // every row of threads' partials, combined in a fixed order
         os << "    __syncthreads();  // earlier readers of mf_part are done\n";
         for (size_t i = 0; i < ls.reductions.size(); ++i) {
-          os << "    mf_part[" << i << "][threadIdx.y][threadIdx.x] = " << tensorLocal(ls.reductions[i]->out()) << ";\n";
+          os << "    mf_part[" << i << "][threadIdx.y][threadIdx.x] = " << tensorLocal(ls.reductions[i]->out())
+             << ";\n";
         }
         os << "    __syncthreads();\n";
         for (size_t i = 0; i < ls.reductions.size(); ++i) {

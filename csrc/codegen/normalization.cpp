@@ -277,7 +277,9 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
     for (auto e = seg.exprs.rbegin(); e != seg.exprs.rend(); ++e) {
       if (reductions.count(*e) || !m.count((*e)->out())) continue;
       for (const Val* in : (*e)->inputs()) {
-        if (in->isTensor() && p.varies.at(static_cast<const TensorView*>(in))) m.insert(static_cast<const TensorView*>(in));
+        if (!in->isTensor()) continue;
+        const auto* tv = static_cast<const TensorView*>(in);
+        if (p.varies.at(tv)) m.insert(tv);
       }
     }
   }

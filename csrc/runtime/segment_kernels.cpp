@@ -50,7 +50,8 @@ bool SegmentKernels::launch(const Piece& p, Values& values, const ScalarFn& scal
     KernelTensorArg now = kernelArgOf(t);
     const KernelTensorArg& then = p.args[arg++];
     // The kernel bakes in sizes, strides and alignment; anything else takes the ATen path.
-    if (now.sizes != then.sizes || now.strides != then.strides || now.alignment_bytes < then.alignment_bytes) return false;
+    bool same = now.sizes == then.sizes && now.strides == then.strides && now.alignment_bytes >= then.alignment_bytes;
+    if (!same) return false;
     ins.push_back(t);
   }
   std::vector<at::Tensor> outs;

@@ -1,0 +1,53 @@
+// Generated kernels beyond pointwise and single reductions: normalizations (softmax, multi-pass),
+// middle-axis reductions, double and integer compute. Golden fragments of the CUDA text.
+#include <gtest/gtest.h>
+
+#include "codegen_test_util.h"
+
+namespace mf {
+namespace {
+
+using namespace codegen_test;  // NOLINT: the shared cases and helpers
+
+TEST(CodegenTest, DoubleAndIntegerKernelsComputeInDouble) {
+  auto neg = gen(negInt64());
+  ASSERT_TRUE(neg.has_value());
+  EXPECT_TRUE(contains(neg->source, "long long* __restrict__ T1")) << neg->source;
+  EXPECT_TRUE(contains(neg->source, "const double t1 = -t0;")) << neg->source;
+  EXPECT_TRUE(contains(neg->source, "o1.v[k] = (long long)(t1);")) << neg->source;
+  auto e = gen(expDoubleScaled());
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(contains(e->source, "= exp(t0);") && !contains(e->source, "expf(t0)")) << e->source;
+  EXPECT_TRUE(contains(e->source, "0.10000000000000001")) << e->source;  // a double literal, not 0.1f
+  auto count = gen(countTrue());
+  ASSERT_TRUE(count.has_value());
+  EXPECT_EQ(count->scheduler, "reduction");
+  EXPECT_TRUE(contains(count->source, "double t1 = 0.0;")) << count->source;
+}
+
+TEST(CodegenTest, MiddleAxisReductionIsAnOuterReductionPerSlice) {
+  auto k = gen(sumOf({6, 1000, 40}, {1}));
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->scheduler, "reduction");
+  EXPECT_TRUE(contains(k->source, "(col / 40) * 40000 + j * 40 + col % 40")) << k->source;
+}
+
+TEST(CodegenTest, SoftmaxIsOneNormalizationKernel) {
+  auto k = gen(softmaxBf16(32768, 4096));
+  ASSERT_TRUE(k.has_value());
+  EXPECT_EQ(k->scheduler, "normalization");
+  EXPECT_EQ((std::vector<int64_t>{k->launch.block_x, k->launch.block_y}), (std::vector<int64_t>{128, 1}));
+  EXPECT_TRUE(contains(k->source, "3 loop(s) over the row, persistent (4 groups per thread in registers)"))
+      << k->source;
+  // x is read once (one 16-byte access per group), the output written once.
+  EXPECT_TRUE(contains(k->source, "mf_c0[it] = *reinterpret_cast<const mf_array<mf_bf16, 8>*>(T0 + ro0 + j);"))
+      << k->source;
+  auto multi = gen(softmaxBf16(8, 1 << 20));
+  ASSERT_TRUE(multi.has_value());
+  EXPECT_TRUE(contains(multi->source, "multi-pass")) << multi->source;
+}
+
+// ---- launch configs ----
+
+}  // namespace
+}  // namespace mf
