@@ -120,13 +120,36 @@ bool chooseTranspose(const Analysis& a, const CodegenOptions& o, Schedule* s) {
   if (axis < 0) return false;
   s->kind = Kind::Transpose;
   s->transpose_axis = axis;
+  // Vector width along B for the outputs and the loads contiguous along B: at most 8 bytes (a
+  // 32 x 32vec float tile stays within 17 KB), dividing B, their other strides and alignment.
+  int64_t max_bytes = 1;
+  for (const TensorView* tv : s->main.stores) max_bytes = std::max(max_bytes, sizeInBytes(tv->dtype()));
   s->vec = 1;
+  for (int64_t v = std::min<int64_t>(4, 8 / max_bytes); v >= 2 && s->vec == 1; v /= 2) {
+    bool ok = p.dims.back() % v == 0;
+    for (const TensorView* tv : s->main.loads) {
+      if (std::find(s->transposed.begin(), s->transposed.end(), tv) != s->transposed.end()) continue;
+      const auto& st = p.strides.at(tv);
+      if (st.back() != 1) continue;  // broadcast along B: one element per vector
+      for (size_t d = 0; d + 1 < st.size(); ++d) ok = ok && st[d] % v == 0;
+      ok = ok && a.arg.at(tv)->alignment_bytes >= v * sizeInBytes(tv->dtype()) && sizeInBytes(tv->dtype()) * v <= 16;
+    }
+    if (ok) s->vec = v;
+  }
+  // Static shared memory: the float tiles of every transposed load (at most 40 KB of the 48 KB).
+  auto tile_bytes = [&] { return static_cast<int64_t>(s->transposed.size()) * 32 * s->vec * 33 * 4; };
+  while (s->vec > 1 && tile_bytes() > 40960) s->vec /= 2;
+  if (tile_bytes() > 40960) {
+    s->kind = Kind::Pointwise;
+    s->transposed.clear();
+    return false;
+  }
   s->launch.block_x = 32;
   s->launch.block_y = 8;
   int64_t tiles = s->main.numel() / (p.dims[static_cast<size_t>(axis)] * p.dims.back()) *
-                  ceilDiv(p.dims[static_cast<size_t>(axis)], 32) * ceilDiv(p.dims.back(), 32);
+                  ceilDiv(p.dims[static_cast<size_t>(axis)], 32) * ceilDiv(p.dims.back(), 32 * s->vec);
   s->launch.grid_x = std::max<int64_t>(1, std::min(tiles, o.sm_count * 8));
-  s->index64 = s->main.numel() + 64 * p.dims.back() > kInt32Max || p.max_offset > kInt32Max ||
+  s->index64 = s->main.numel() + 32 * s->vec * p.dims.back() > kInt32Max || p.max_offset > kInt32Max ||
                tiles + s->launch.grid_x > kInt32Max;
   return true;
 }

@@ -163,15 +163,33 @@ def test_outer_normalization_kernels(name, dtype, rows, cols, transposed):
     assert_matches(result, reference)
 
 
-def test_transposed_add_kernel():
+@pytest.mark.parametrize("dtype", list(ALL_DTYPES))
+@pytest.mark.parametrize("rows,cols", [(1000, 777), (256, 512), (33, 4096), (4097, 3)])
+def test_transposed_add_kernel(dtype, rows, cols):
     with FusionDefinition() as fd:
-        norm_patterns.transposed_add(fd, DataType.BFloat16, 1000, 777)
+        norm_patterns.transposed_add(fd, ALL_DTYPES[dtype], rows, cols)
     torch.manual_seed(0)
-    inputs = norm_patterns.make_inputs("transposed_add", torch.bfloat16, 1000, 777)
+    inputs = norm_patterns.make_inputs("transposed_add", dtype, rows, cols)
     reference = fd.execute(inputs)
     with meshfuser.Profiler() as prof:
         result = fd.execute([t.cuda() for t in inputs])
-    assert [k.scheduler for k in prof.profile.kernel_profiles] in (["pointwise"], ["transpose"])
+    assert [k.scheduler for k in prof.profile.kernel_profiles] == ["transpose"]
+    assert_matches(result, reference)
+
+
+def test_batched_transpose_with_broadcast_bias():
+    """[b, n, m] permuted to [b, m, n], plus a [n] bias and a contiguous [b, m, n] operand."""
+    torch.manual_seed(0)
+    x, y, bias = torch.randn(3, 100, 64), torch.randn(3, 64, 100), torch.randn(100)
+    with FusionDefinition() as fd:
+        tx = fd.define_tensor([-1, -1, -1])
+        ty = fd.define_tensor([-1, -1, -1])
+        tb = fd.define_tensor([-1])
+        fd.add_output(fd.ops.mul(fd.ops.add(fd.ops.permute(tx, [0, 2, 1]), ty), tb))
+    reference = fd.execute([x, y, bias])
+    with meshfuser.Profiler() as prof:
+        result = fd.execute([x.cuda(), y.cuda(), bias.cuda()])
+    assert [k.scheduler for k in prof.profile.kernel_profiles] == ["transpose"]
     assert_matches(result, reference)
 
 

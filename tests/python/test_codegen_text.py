@@ -104,8 +104,10 @@ def corpus():
                         continue
                     for src in kernels(name, dtype, rows, cols, transposed):
                         out.append((f"{name}_{dtype}_{rows}x{cols}_{transposed}", src))
-    for src in kernels("transposed_add", torch.bfloat16, 1024, 512):
-        out.append(("transposed_add", src))
+    for dtype in (torch.float32, torch.bfloat16):
+        for rows, cols in [(1024, 512), (1000, 777), (33, 4096)]:
+            for src in kernels("transposed_add", dtype, rows, cols):
+                out.append((f"transposed_add_{dtype}_{rows}x{cols}", src))
     for name in norm_patterns.OUTER_PATTERNS:
         for dtype in (torch.float32, torch.bfloat16):
             for src in kernels(name, dtype, 1000, 100):

@@ -322,8 +322,9 @@ TEST(CodegenTest, StridedAndPermutedInputs) {
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->scheduler, "transpose");
   EXPECT_TRUE(contains(p->source, "mf_tile0[y][threadIdx.x] = T0[ia + ib * 16];")) << p->source;
-  EXPECT_TRUE(contains(p->source, "const float t0 = mf_tile0[threadIdx.x][y];")) << p->source;
-  EXPECT_TRUE(contains(p->source, "const float t1 = T1[ia * 8 + ib];")) << p->source;
+  EXPECT_TRUE(contains(p->source, "const float t0 = mf_tile0[threadIdx.x * 2 + k][y];")) << p->source;
+  EXPECT_TRUE(contains(p->source, "v1 = *reinterpret_cast<const mf_array<float, 2>*>(T1 + ia * 8 + ib);"))
+      << p->source;
   auto s = gen(stridedInput());
   ASSERT_TRUE(s.has_value());
   EXPECT_TRUE(contains(s->source, "*reinterpret_cast<const mf_array<mf_half, 4>*>(T0 + c0 * 16 + c1);")) << s->source;
