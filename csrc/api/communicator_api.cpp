@@ -36,7 +36,8 @@ Communicator::Communicator(c10::intrusive_ptr<c10d::ProcessGroup> world, Options
                       options.control_group->getSize(), ") must span the same ranks as the world group (rank ",
                       world->getRank(), " of ", world->getSize(), ")");
   }
-  impl_->initFromGroups(std::move(world), std::move(options.control_group), local_rank, local_size);
+  impl_->initFromGroups(std::move(world), std::move(options.control_group), local_rank, local_size,
+                        options.control_over_store);
 }
 
 Communicator Communicator::fromEnvironment(c10::DeviceType device, std::chrono::milliseconds timeout) {

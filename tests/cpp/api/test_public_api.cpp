@@ -176,3 +176,56 @@ TEST(PublicApiTest, NoOutputsIsAMeshfuserError) {
 }
 
 }  // namespace
+
+// Control messages (the per-call agreement, barriers) over the rendezvous store instead of a CPU
+// collective, as for an NCCL-only group without Gloo: the same results, and a disagreement between
+// ranks is still an error on every rank, after which the Communicator keeps working.
+TEST(PublicApiTest, ControlMessagesOverTheStore) {
+  meshfuser::Communicator::Options options;
+  options.control_over_store = true;
+  meshfuser::Communicator comm(communicator().processGroup(), options);
+  const int64_t d = comm.size(), rank = comm.rank();
+  meshfuser::Fusion f;
+  auto in = f.defineTensor({-1, d * 3});
+  auto out = meshfuser::ops::sum(in, {1});
+  f.addOutput(out);
+  auto mesh = meshfuser::DeviceMesh::range(d);
+  for (auto* tv : {&in, &out}) tv->setDeviceMesh(mesh).outerSplit(1, d).parallelize(1, ParallelType::MeshX);
+  meshfuser::Executor exec(f, comm);
+  for (int call = 0; call < 3; ++call) {
+    at::manual_seed(10 + call);
+    at::Tensor full = at::randn({4, d * 3});
+    auto outputs = exec.execute({full.narrow(1, rank * 3, 3).contiguous()});
+    EXPECT_TRUE(at::allclose(outputs.at(0), full.sum(1), 1e-5, 1e-5)) << exec.hostProgram();
+  }
+  if (d > 1) {
+    // Rank 0 passes 5 rows where the others pass 4: every rank must refuse the call.
+    try {
+      exec.execute({at::zeros({rank == 0 ? 5 : 4, 3})});
+      ADD_FAILURE() << "expected a meshfuser::Error on rank " << rank;
+    } catch (const meshfuser::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("rank"), std::string::npos) << e.what();
+    }
+    at::Tensor full = at::ones({4, d * 3});
+    auto outputs = exec.execute({full.narrow(1, rank * 3, 3).contiguous()});
+    EXPECT_TRUE(at::allclose(outputs.at(0), full.sum(1))) << exec.hostProgram();
+  }
+  comm.barrier();
+}
+
+TEST(PublicApiTest, EnvironmentForAnUnsupportedDeviceIsAMeshfuserError) {
+  try {
+    meshfuser::Communicator::fromEnvironment(c10::DeviceType::Meta);
+    ADD_FAILURE() << "expected a meshfuser::Error";
+  } catch (const meshfuser::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not for meta tensors"), std::string::npos) << e.what();
+  }
+  if (at::hasCUDA()) return;  // a CUDA build makes an NCCL group here: the C++ example runs it on GPUs
+  try {
+    meshfuser::Communicator::fromEnvironment(c10::DeviceType::CUDA);
+    ADD_FAILURE() << "expected a meshfuser::Error";
+  } catch (const meshfuser::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs meshfuser built against a CUDA PyTorch"), std::string::npos)
+        << e.what();
+  }
+}
