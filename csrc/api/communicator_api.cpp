@@ -47,7 +47,9 @@ Communicator Communicator::fromEnvironment(c10::DeviceType device, std::chrono::
   Options options;
   options.local_rank = g.local_rank;
   options.local_size = g.local_size;
-  return Communicator(g.world, options);
+  Communicator comm(g.world, options);
+  comm.impl_->setOwnsGroups(true);
+  return comm;
 }
 
 int64_t Communicator::rank() const { return impl_->rank(); }

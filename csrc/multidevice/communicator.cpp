@@ -68,6 +68,18 @@ void Communicator::initFromGroups(c10::intrusive_ptr<c10d::ProcessGroup> world,
   initialized_ = true;
 }
 
+Communicator::~Communicator() {
+  if (!owns_groups_) return;
+  try {
+    for (auto& [team, group] : teams_) {
+      if (group && group != world_) group->shutdown();
+    }
+    if (world_) world_->shutdown();
+  } catch (const std::exception&) {
+    // A group that cannot shut down cleanly (a peer gone) is released by its destructor anyway.
+  }
+}
+
 void Communicator::shutdown() {
   // The bindings call this without the GIL: dropping the last reference to a Gloo group joins its
   // worker threads, and one of them may be freeing a Python-owned tensor (which takes the GIL).

@@ -23,6 +23,7 @@ class Communicator {
   // (the public meshfuser::Communicator) and pass it to the executor.
   static Communicator& instance();
   Communicator() = default;
+  ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
@@ -42,6 +43,9 @@ class Communicator {
   const c10::intrusive_ptr<c10d::ProcessGroup>& worldGroup() const { return world_; }
   // Drops every process group reference (called at interpreter exit, before torch tears c10d down).
   void shutdown();
+  // The groups were made by meshfuser (Communicator::fromEnvironment): shut them down (NCCL's
+  // communicators are destroyed) when this Communicator goes away, not at process exit.
+  void setOwnsGroups(bool owns) { owns_groups_ = owns; }
   int64_t rank() const { return rank_; }
   int64_t size() const { return size_; }
   int64_t localRank() const { return local_rank_; }
@@ -112,6 +116,7 @@ class Communicator {
   std::map<std::vector<int64_t>, c10::intrusive_ptr<c10d::ProcessGroup>> teams_;
   int64_t rounds_ = 0;
   std::string broken_reason_;
+  bool owns_groups_ = false;
 };
 
 }  // namespace mf
