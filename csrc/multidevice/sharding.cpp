@@ -102,10 +102,23 @@ std::vector<int64_t> localShape(const TensorView* tv, const std::vector<int64_t>
   return local;
 }
 
-std::vector<ParallelType> reshardedTypes(const Expr* e, size_t input_index) {
+std::vector<size_t> dataOutputs(const Expr* e) {
+  const auto& free = opInfo(e->op()).sharding_free_outputs;
+  std::vector<size_t> outs;
+  for (size_t o = 0; o < e->outputs().size(); ++o) {
+    if (!e->output(o)->isTensor()) continue;
+    if (std::find(free.begin(), free.end(), static_cast<int>(o)) != free.end()) continue;
+    outs.push_back(o);
+  }
+  return outs;
+}
+
+namespace {
+
+std::vector<ParallelType> reshardedTypesTo(const Expr* e, size_t input_index, size_t output_index) {
   std::vector<ParallelType> changed;
   auto* producer = static_cast<const TensorView*>(e->input(input_index));
-  const TensorView* consumer = e->out();
+  const TensorView* consumer = e->outTensor(output_index);
   if (!producer->hasMesh() && !consumer->hasMesh()) return changed;
   bool meshes_differ = producer->mesh() != consumer->mesh();
   std::vector<int64_t> p2c;
@@ -118,7 +131,7 @@ std::vector<ParallelType> reshardedTypes(const Expr* e, size_t input_index) {
       continue;
     }
     if (!p_has && !c_has) continue;
-    if (p2c.empty()) p2c = mapProducerToConsumer(e, input_index);
+    if (p2c.empty()) p2c = mapProducerToConsumer(e, input_index, output_index);
     if (!p_has) {
       // The consumer shards an axis this producer does not have (e.g. the weight's out_features
       // seen from a replicated input): every device already holds what it needs.
@@ -126,7 +139,8 @@ std::vector<ParallelType> reshardedTypes(const Expr* e, size_t input_index) {
       // producer data there.
       DeviceSplit cs = deviceSplit(consumer, pt, /*to_root=*/true);
       bool fresh_axis = std::find(p2c.begin(), p2c.end(), cs.axis) == p2c.end();
-      if (fresh_axis && !opInfo(e->op()).regroups_axes) continue;
+      // A producer without axes holds one value, which every device has.
+      if (fresh_axis && (!opInfo(e->op()).regroups_axes || p2c.empty())) continue;
     }
     if (p_has != c_has) {
       changed.push_back(pt);
@@ -137,6 +151,19 @@ std::vector<ParallelType> reshardedTypes(const Expr* e, size_t input_index) {
     ps.axis = p2c[ps.axis];
     if (!(ps == cs) || ps.axis < 0) changed.push_back(pt);
   }
+  return changed;
+}
+
+}  // namespace
+
+std::vector<ParallelType> reshardedTypes(const Expr* e, size_t input_index) {
+  std::vector<ParallelType> changed;
+  for (size_t o : dataOutputs(e)) {
+    for (ParallelType pt : reshardedTypesTo(e, input_index, o)) {
+      if (std::find(changed.begin(), changed.end(), pt) == changed.end()) changed.push_back(pt);
+    }
+  }
+  std::sort(changed.begin(), changed.end());
   return changed;
 }
 
