@@ -188,3 +188,52 @@ def test_backward_checks_the_saved_activations():
             fd.ops.sdpfa_bwd(attn, q, q, q, attn, attn, 0.0, False, seed, offset)
         with pytest.raises(meshfuser.Error, match="seed .* must be the 0-d int64 tensor sdpfa_fwd returns"):
             fd.ops.sdpfa_bwd(attn, q, q, q, attn, lse, 0.0, False, lse, offset)
+
+
+# -- CUDA: flash attention (run where a GPU is present; CPU-only CI skips these) -----------------
+
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (flash attention)")
+
+
+@cuda
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_cuda_flash_attention_matches_pytorch(is_causal):
+    shape_q, seq_kv = [2, 4, 128, 64], 128
+    q, k, v, grad = (t.cuda() for t in random_qkv(shape_q, seq_kv, torch.bfloat16, seed=5))
+    with FusionDefinition() as fd:
+        define_fwd_bwd(fd, shape_q, seq_kv, torch.bfloat16, is_causal=is_causal)
+    actual = fd.execute([q, k, v, grad])
+    expected = reference(q.float().cpu(), k.float().cpu(), v.float().cpu(), grad.float().cpu(), is_causal, None)
+    for name, a, e in zip(["attn", "logsumexp", "grad_q", "grad_k", "grad_v"], actual, expected):
+        assert a.is_cuda
+        torch.testing.assert_close(a.float().cpu(), e, rtol=2e-2, atol=2e-2, msg=lambda m: f"{name}: {m}")
+
+
+@cuda
+def test_cuda_dropout_state_round_trips_to_the_backward():
+    """With dropout, the forward's seed and offset must reach the backward intact: same generator
+    state, same mask as PyTorch's own flash attention, so outputs and gradients agree with it."""
+    shape = [1, 2, 64, 64]
+    q, k, v, grad = (t.cuda() for t in random_qkv(shape, 64, torch.float16, seed=6))
+    with FusionDefinition() as fd:
+        define_fwd_bwd(fd, shape, 64, torch.float16, dropout_p=0.25)
+    torch.manual_seed(123)
+    attn, lse, gq, gk, gv = fd.execute([q, k, v, grad])
+    torch.manual_seed(123)
+    out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.25)
+    ref_grads = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+        grad, q, k, v, out[0], out[1], None, None, 64, 64, 0.25, False, out[6], out[7])
+    torch.testing.assert_close(attn, out[0])
+    for a, e in zip([gq, gk, gv], ref_grads):
+        torch.testing.assert_close(a, e)
+
+
+@cuda
+def test_cuda_float32_is_a_clear_error():
+    shape = [1, 1, 16, 16]
+    q = torch.randn(shape, device="cuda")
+    with FusionDefinition() as fd:
+        tq = fd.define_tensor(shape)
+        fd.add_output(fd.ops.sdpfa_fwd(tq, tq, tq)[0])
+    with pytest.raises(meshfuser.Error, match="must be half or bfloat16"):
+        fd.execute([q])
