@@ -147,3 +147,30 @@ def test_sequence_sharded_output_is_sliced_after(multidevice_test):
     assert communication_kinds(comms) == (["LocalSlice"] if d > 1 else []), comms
     torch.testing.assert_close(outputs[0].cpu(), mesh.shard_tensor(expected[0], 2, multidevice_test.rank), **TOL)
     torch.testing.assert_close(outputs[1].cpu(), expected[1], **TOL)
+
+
+def test_batch_on_mesh_y_and_heads_on_mesh_x_is_local(multidevice_test):
+    """A 2-D mesh (2 x d/2 when d is even, else 1 x d): batch split on mesh_y, heads on mesh_x."""
+    d = multidevice_test.size
+    rows = 2 if d % 2 == 0 else 1
+    cols = d // rows
+    mesh = DeviceMesh(torch.arange(d).view(rows, cols))
+    shape = [2 * rows, 2 * cols, 4, 8]
+    inputs, expected = _reference(shape, is_causal=True, seed=5)
+    with FusionDefinition() as fd:
+        tvs, _ = _define(fd, shape, is_causal=True)
+        for tv in tvs:
+            tv.set_device_mesh(mesh)
+            tv.outer_split(1, cols)
+            tv.axis(1).parallelize(ParallelType.mesh_x)
+            tv.outer_split(0, rows)
+            tv.axis(0).parallelize(ParallelType.mesh_y)
+    row, col = divmod(multidevice_test.rank, cols)
+
+    def local(t):
+        return t.chunk(rows, 0)[row].chunk(cols, 1)[col].contiguous()
+
+    outputs, comms = _communications(fd, [local(t).to(multidevice_test.device) for t in inputs])
+    assert comms == [], comms
+    for name, actual, full in zip(["attn", "logsumexp", "grad_q", "grad_k", "grad_v"], outputs, expected):
+        torch.testing.assert_close(actual.cpu(), local(full), **TOL, msg=lambda m: f"{name}: {m}")
