@@ -1,8 +1,9 @@
-"""A GPT block in tensor-parallel form (Megatron), forward and backward: LayerNorm -> column-parallel q/k/v
-projections -> heads -> causal attention with the heads split -> row-parallel output projection ->
-residual -> LayerNorm -> column-parallel GELU MLP -> row-parallel projection -> residual.
-Activations are replicated; the two row-parallel linears are the only communications (two
-Allreduce). Every rank checks the block against unsharded PyTorch."""
+"""A GPT block in tensor-parallel form (Megatron): LayerNorm -> column-parallel q/k/v projections
+-> heads -> causal attention with the heads split -> row-parallel output projection -> residual ->
+LayerNorm -> column-parallel GELU MLP -> row-parallel projection -> residual. Activations are
+replicated. Forward: the two row-parallel linears are the only communications (two Allreduce).
+Backward, as its own definition from saved activations: one Allreduce per column-parallel input
+gradient. Every rank checks against unsharded PyTorch (autograd for the gradients)."""
 import torch
 import torch.nn.functional as F
 
