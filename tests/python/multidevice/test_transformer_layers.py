@@ -1,9 +1,11 @@
 """A GPT block in tensor-parallel form (Megatron): LayerNorm -> column-parallel q/k/v projections
 -> heads -> causal attention with the heads split -> row-parallel output projection -> residual ->
 LayerNorm -> column-parallel GELU MLP -> row-parallel projection -> residual. Activations are
-replicated. Forward: the two row-parallel linears are the only communications (two Allreduce).
+replicated (TP) or split on the sequence (SP). Forward TP: two Allreduce; SP: an Allgather before
+each column-parallel part and a ReduceScatter after each row-parallel linear.
 Backward, as its own definition from saved activations: one Allreduce per column-parallel input
 gradient. Every rank checks against unsharded PyTorch (autograd for the gradients)."""
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -40,10 +42,14 @@ def _reference(p, b, s, h, hd):
     return res0 + F.linear(F.gelu(F.linear(ln1, p["w1"], p["b1"])), p["w2"], p["b2"])
 
 
-def test_gpt_block_forward_tensor_parallel(multidevice_test):
+@pytest.mark.parametrize("form", ["tp", "sp"])
+def test_gpt_block_forward(multidevice_test, form):
+    """TP: activations replicated, two Allreduce. SP: activations split on the sequence, an
+    Allgather before each column-parallel part (shared by q, k and v) and a ReduceScatter after
+    each row-parallel linear."""
     d = multidevice_test.size
     mesh = DeviceMesh(range(d))
-    b, s, h, hd = 2, 8, 2 * d, 4
+    b, s, h, hd = 2, 2 * d, 2 * d, 4
     e = h * hd
     g = torch.Generator().manual_seed(0)
     shapes = {"x": [b, s, e], "ln0_w": [e], "ln0_b": [e], "wq": [e, e], "bq": [e], "wk": [e, e], "bk": [e],
@@ -51,8 +57,15 @@ def test_gpt_block_forward_tensor_parallel(multidevice_test):
               "b1": [4 * e], "w2": [e, 4 * e], "b2": [e]}
     params = {n: torch.randn(shape, generator=g) * (0.3 if n[0] == "w" else 1.0) for n, shape in shapes.items()}
     # Column-parallel weights and biases split their output features, row-parallel weights their
-    # input features; everything else is replicated.
+    # input features; in SP form the activations split their sequence; everything else is replicated.
     split_axis = {"wq": 0, "bq": 0, "wk": 0, "bk": 0, "wv": 0, "bv": 0, "w1": 0, "b1": 0, "wo": 1, "w2": 1}
+    if form == "sp":
+        split_axis["x"] = 1
+
+    def shard(tv, axis):
+        tv.set_device_mesh(mesh)
+        tv.outer_split(axis, d)
+        tv.axis(axis).parallelize(ParallelType.mesh_x)
 
     with FusionDefinition() as fd:
         t = {n: fd.define_tensor(shape) for n, shape in shapes.items()}
@@ -60,29 +73,36 @@ def test_gpt_block_forward_tensor_parallel(multidevice_test):
         q, k, v = (_heads(fd, fd.ops.linear(ln0, t[f"w{n}"], t[f"b{n}"]), b, s, h, hd) for n in "qkv")
         attn, _, _, _ = fd.ops.sdpfa_fwd(q, k, v, is_causal=True)
         attn = fd.ops.reshape(fd.ops.permute(attn, [0, 2, 1, 3]), [b, s, e])
-        res0 = fd.ops.add(t["x"], fd.ops.linear(attn, t["wo"], t["bo"]))
+        proj = fd.ops.linear(attn, t["wo"], t["bo"])
+        res0 = fd.ops.add(t["x"], proj)
         ln1 = _layer_norm(fd, res0, t["ln1_w"], t["ln1_b"], e)
         mlp = fd.ops.linear(fd.ops.gelu(fd.ops.linear(ln1, t["w1"], t["b1"])), t["w2"], t["b2"])
         fd.add_output(fd.ops.add(res0, mlp))
         for n, tv in t.items():
             tv.set_device_mesh(mesh)
             if n in split_axis:
-                tv.outer_split(split_axis[n], d)
-                tv.axis(split_axis[n]).parallelize(ParallelType.mesh_x)
+                shard(tv, split_axis[n])
+        if form == "sp":  # the row-parallel results come out split on the sequence
+            shard(proj, 1)
+            shard(mlp, 1)
 
     inputs = [multidevice_test.shard_tensor(params[n], split_axis[n], mesh) if n in split_axis
               else params[n].to(multidevice_test.device) for n in shapes]
     with meshfuser.Profiler() as prof:
         (out,) = fd.execute(inputs)
     comms = [k.name for k in prof.profile.kernel_profiles if k.scheduler == "communication"]
-    assert communication_kinds(comms) == (["Allreduce"] * 2 if d > 1 else []), comms
-    torch.testing.assert_close(out.cpu(), _reference(params, b, s, h, hd), **TOL)
+    kinds = ["Allreduce"] * 2 if form == "tp" else ["Allgather", "ReduceScatter"] * 2
+    assert communication_kinds(comms) == (kinds if d > 1 else []), comms
+    expected = _reference(params, b, s, h, hd)
+    if form == "sp":
+        expected = mesh.shard_tensor(expected, 1, multidevice_test.rank)
+    torch.testing.assert_close(out.cpu(), expected, **TOL)
     # Attention runs on this rank's heads, in a segment of its own, between the two projections.
     program = fd.host_program()
     attention = [line for line in program.splitlines() if "sdpfa_fwd(" in line]
     assert len(attention) == 1 and attention[0].strip().startswith("run segment"), program
     posted = [line for line in program.splitlines() if line.strip().startswith("post ") and "NoOp" not in line]
-    assert len(posted) == (2 if d > 1 else 0), program
+    assert len(posted) == (len(kinds) if d > 1 else 0), program
 
 
 # -- backward ------------------------------------------------------------------------------------
