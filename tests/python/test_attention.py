@@ -165,6 +165,22 @@ def test_operand_errors_name_the_tensor_and_axis(k_shape, dtype, message):
             fd.ops.sdpfa_fwd(q, k, v)
 
 
+@pytest.mark.parametrize(
+    "q_shape, k_shape, v_shape, message",
+    [
+        ([1, 2, 4, 4], [1, 2, 4, 4], [1, 2, 4, 8], "head_dim of query and value differs"),
+        ([1, 2, 4, 4], [1, 2, 5, 4], [1, 2, 4, 4], "the key/value sequence length differs"),
+        ([4, 4], [4, 4], [4, 4], "expected \\[batch.., heads, seq, head_dim\\] .at least 3 axes."),
+    ],
+    ids=["value_head_dim", "kv_seq", "too_few_axes"],
+)
+def test_shape_errors_name_both_tensors(q_shape, k_shape, v_shape, message):
+    with FusionDefinition() as fd:
+        q, k, v = (fd.define_tensor(shape) for shape in (q_shape, k_shape, v_shape))
+        with pytest.raises(meshfuser.Error, match=message):
+            fd.ops.sdpfa_fwd(q, k, v)
+
+
 def test_integer_operands_and_bad_options_are_argument_errors():
     with FusionDefinition() as fd:
         qi = fd.define_tensor([1, 1, 4, 4], dtype=DataType.Int)
@@ -178,6 +194,8 @@ def test_integer_operands_and_bad_options_are_argument_errors():
             fd.ops.sdpfa_fwd(q, q, q, is_causal=runtime_scalar)
         with pytest.raises(meshfuser.Error, match="scale must be None, a number or a constant scalar"):
             fd.ops.sdpfa_fwd(q, q, q, scale="big")
+        with pytest.raises(ValueError, match="scale is inf; expected a finite number or None"):
+            fd.ops.sdpfa_fwd(q, q, q, scale=float("inf"))
 
 
 def test_backward_checks_the_saved_activations():
@@ -188,6 +206,11 @@ def test_backward_checks_the_saved_activations():
             fd.ops.sdpfa_bwd(attn, q, q, q, attn, attn, 0.0, False, seed, offset)
         with pytest.raises(meshfuser.Error, match="seed .* must be the 0-d int64 tensor sdpfa_fwd returns"):
             fd.ops.sdpfa_bwd(attn, q, q, q, attn, lse, 0.0, False, lse, offset)
+        with pytest.raises(meshfuser.Error, match="grad_attn .* like sdpfa_fwd's output"):
+            fd.ops.sdpfa_bwd(lse, q, q, q, attn, lse, 0.0, False, seed, offset)
+        other = fd.define_tensor([1, 2, 5, 4])
+        with pytest.raises(meshfuser.Error, match="a batch, head or query-sequence extent differs: T.* has 5 at axis 2"):
+            fd.ops.sdpfa_bwd(attn, q, q, q, other, lse, 0.0, False, seed, offset)
 
 
 # -- CUDA: flash attention (run where a GPU is present; CPU-only CI skips these) -----------------
