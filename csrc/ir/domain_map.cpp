@@ -141,6 +141,11 @@ std::vector<int64_t> mapAttention(const Expr* e, size_t input_index, size_t outp
   int64_t lead = rankOf(e->input(q_index)) - 2;
   std::vector<int64_t> map(r.prank, -1);
   for (int64_t p = 0; p < r.prank && p < lead && p < r.crank; ++p) map[p] = p;
+  // Without a causal mask each query row is independent of the others: q's sequence maps onto the
+  // forward's outputs (attn, logsumexp), so a query split on it stays local. A causal mask needs
+  // global positions, and the backward sums over every query row for grad_k and grad_v.
+  bool rows_independent = e->op() == OpType::SdpfaFwd && !e->attrs().is_causal;
+  if (rows_independent && input_index == 0 && output_index <= 1 && r.prank > lead) map[lead] = lead;
   return map;
 }
 

@@ -25,8 +25,9 @@ std::vector<int64_t> mapReshape(const Expr* e, size_t input_index);
 std::vector<int64_t> mapLinear(const Expr* e, size_t input_index);
 std::vector<int64_t> mapMatmul(const Expr* e, size_t input_index);
 // sdpfa_fwd/bwd: the leading axes ([batch.., heads]) of every operand map to the same leading axes
-// of every output that has them; sequence and head_dim axes map nowhere (they are contracted or
-// mixed by the softmax), nor does anything map onto the RNG state.
+// of every output that has them; so does q's sequence onto attn and logsumexp in a forward without
+// causal mask. Other sequence and head_dim axes map nowhere (they are contracted or mixed by the
+// softmax), nor does anything map onto the RNG state.
 std::vector<int64_t> mapAttention(const Expr* e, size_t input_index, size_t output_index);
 
 }  // namespace mf

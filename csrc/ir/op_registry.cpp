@@ -145,8 +145,9 @@ std::vector<OpInfo> buildTable() {
   t.push_back(linear);
 
   // Attention: PyTorch's fused kernels through ATen, in a segment of their own. Batch and head
-  // axes pass through; the sequence and head_dim axes are whole on every device (gathered when
-  // sharded): splitting them needs a ring or a partial softmax, which is not built yet.
+  // axes pass through, and q's sequence in a forward without causal mask; other sequence and
+  // head_dim axes are whole on every device (gathered when sharded): splitting them needs a ring
+  // or a partial softmax, which is not built yet.
   OpInfo fwd = base(OpType::SdpfaFwd, "sdpfa_fwd", OpKind::Attention, 3, 3, D::SameAsInput, nullptr);
   fwd.output_axis_map = &mapAttention;
   fwd.sharding_free_outputs = {2, 3};  // seed, offset

@@ -115,6 +115,17 @@ std::vector<size_t> dataOutputs(const Expr* e) {
 
 namespace {
 
+// Whether a tensor input of e other than `input_index` maps one of its axes onto `axis` of output
+// `output_index`.
+bool otherInputMapsOnto(const Expr* e, size_t input_index, size_t output_index, int64_t axis) {
+  for (size_t i = 0; i < e->inputs().size(); ++i) {
+    if (i == input_index || !e->input(i)->isTensor()) continue;
+    auto map = mapProducerToConsumer(e, i, output_index);
+    if (std::find(map.begin(), map.end(), axis) != map.end()) return true;
+  }
+  return false;
+}
+
 std::vector<ParallelType> reshardedTypesTo(const Expr* e, size_t input_index, size_t output_index) {
   std::vector<ParallelType> changed;
   auto* producer = static_cast<const TensorView*>(e->input(input_index));
@@ -135,12 +146,16 @@ std::vector<ParallelType> reshardedTypesTo(const Expr* e, size_t input_index, si
     if (!p_has) {
       // The consumer shards an axis this producer does not have (e.g. the weight's out_features
       // seen from a replicated input): every device already holds what it needs.
-      // Not so for an op that regroups the producer's axes (reshape): every consumer axis holds
-      // producer data there.
+      // Not so for an op that regroups the producer's axes (reshape, attention): there an output
+      // axis split across devices must be the split of an input axis that maps onto it, from
+      // this producer or another one (attention's query sequence, not seen from k or v).
       DeviceSplit cs = deviceSplit(consumer, pt, /*to_root=*/true);
       bool fresh_axis = std::find(p2c.begin(), p2c.end(), cs.axis) == p2c.end();
       // A producer without axes holds one value, which every device has.
-      if (fresh_axis && (!opInfo(e->op()).regroups_axes || p2c.empty())) continue;
+      if (fresh_axis && (!opInfo(e->op()).regroups_axes || p2c.empty() ||
+                         otherInputMapsOnto(e, input_index, output_index, cs.axis))) {
+        continue;
+      }
     }
     if (p_has != c_has) {
       changed.push_back(pt);

@@ -1,6 +1,7 @@
 """Sharded attention (sdpfa_fwd + sdpfa_bwd) against unsharded PyTorch autograd: heads split by a
 loop split or a logical split, and batch split, run with no communication; a sharded sequence is
-gathered first (and an output annotated as sequence-sharded is sliced after)."""
+gathered first (and an output annotated as sequence-sharded is sliced after), except the query's
+without a causal mask, which stays split."""
 import torch
 import torch.nn.functional as F
 
@@ -174,3 +175,26 @@ def test_batch_on_mesh_y_and_heads_on_mesh_x_is_local(multidevice_test):
     assert comms == [], comms
     for name, actual, full in zip(["attn", "logsumexp", "grad_q", "grad_k", "grad_v"], outputs, expected):
         torch.testing.assert_close(actual.cpu(), local(full), **TOL, msg=lambda m: f"{name}: {m}")
+
+
+def test_query_sequence_split_without_causal_mask_stays_split(multidevice_test):
+    """Without a causal mask each query row is independent: q keeps its sequence split (attn and
+    logsumexp come out split the same way) and only k and v are gathered."""
+    d = multidevice_test.size
+    mesh = DeviceMesh(range(d))
+    shape = [2, 2, 2 * d, 4]
+    inputs, expected = _reference(shape, is_causal=False, seed=6)
+    with FusionDefinition() as fd:
+        q, k, v = (fd.define_tensor(shape) for _ in range(3))
+        attn, lse, _, _ = fd.ops.sdpfa_fwd(q, k, v)
+        fd.add_output(attn)
+        fd.add_output(lse)
+        for tv in (q, k, v):
+            tv.set_device_mesh(mesh)
+            tv.outer_split(2, d)
+            tv.axis(2).parallelize(ParallelType.mesh_x)
+    outputs, comms = _communications(fd, [multidevice_test.shard_tensor(t, 2, mesh) for t in inputs[:3]])
+    assert communication_kinds(comms) == (["Allgather"] * 2 if d > 1 else []), comms
+    assert [s.axis_sharded_on(ParallelType.mesh_x) for s in fd.get_output_shardings()] == [2, 2]
+    for actual, full in zip(outputs, expected[:2]):
+        torch.testing.assert_close(actual.cpu(), mesh.shard_tensor(full, 2, multidevice_test.rank), **TOL)
