@@ -135,5 +135,52 @@ TEST(AttentionSharding, ContractedAxisGatheredBeforeAndSplitOutputSlicedAfter) {
 )IR");
 }
 
+// Without a causal mask the query's sequence split passes to attn and logsumexp; k (split on its
+// sequence) is gathered, v stays whole.
+TEST(AttentionSharding, QuerySequenceSplitStaysWithoutCausalMask) {
+  expectPass("decompose_reshardings", R"IR(Fusion {
+  input T0_float[i0{2}, i1{4}, i2{4}] mesh=[0 1]
+    OuterSplit(i1{4}, factor 2) -> iDIDx20{2}, i21{2}
+    loop: [i0{2}, iDIDx20{2}, i21{2}, i2{4}]
+  input T1_float[i3{2}, i4{4}, i5{4}] mesh=[0 1]
+    OuterSplit(i4{4}, factor 2) -> iDIDx22{2}, i23{2}
+    loop: [i3{2}, iDIDx22{2}, i23{2}, i5{4}]
+  input T2_float[i6{2}, i7{4}, i8{4}] mesh=[0 1]
+  T3, T4, T5, T6 = sdpfa_fwd(T0, T1, T2, dropout_p=0, is_causal=false, scale=none)
+    T3_float[i9{2}, i10{4}, i11{4}] mesh=[0 1]
+    OuterSplit(i10{4}, factor 2) -> iDIDx24{2}, i25{2}
+    loop: [i9{2}, iDIDx24{2}, i25{2}, i11{4}]
+    T4_float[i12{2}, i13{4}] mesh=[0 1]
+    OuterSplit(i13{4}, factor 2) -> iDIDx26{2}, i27{2}
+    loop: [i12{2}, iDIDx26{2}, i27{2}]
+    T5_int64[] mesh=[0 1]
+    T6_int64[] mesh=[0 1]
+  outputs: T3 T4
+}
+)IR",
+             R"IR(Fusion {
+  input T0_float[i0{2}, i1{4}, i2{4}] mesh=[0 1]
+    OuterSplit(i1{4}, factor 2) -> iDIDx20{2}, i21{2}
+    loop: [i0{2}, iDIDx20{2}, i21{2}, i2{4}]
+  input T1_float[i3{2}, i4{4}, i5{4}] mesh=[0 1]
+    OuterSplit(i4{4}, factor 2) -> iDIDx22{2}, i23{2}
+    loop: [i3{2}, iDIDx22{2}, i23{2}, i5{4}]
+  input T2_float[i6{2}, i7{4}, i8{4}] mesh=[0 1]
+  T9 = set(T1)
+    T9_float[i37{2}, i38{4}, i39{4}] mesh=[0 1]
+  T3, T4, T5, T6 = sdpfa_fwd(T0, T9, T2, dropout_p=0, is_causal=false, scale=none)
+    T3_float[i9{2}, i10{4}, i11{4}] mesh=[0 1]
+    OuterSplit(i10{4}, factor 2) -> iDIDx24{2}, i25{2}
+    loop: [i9{2}, iDIDx24{2}, i25{2}, i11{4}]
+    T4_float[i12{2}, i13{4}] mesh=[0 1]
+    OuterSplit(i13{4}, factor 2) -> iDIDx26{2}, i27{2}
+    loop: [i12{2}, iDIDx26{2}, i27{2}]
+    T5_int64[] mesh=[0 1]
+    T6_int64[] mesh=[0 1]
+  outputs: T3 T4
+}
+)IR");
+}
+
 }  // namespace
 }  // namespace mf
