@@ -8,10 +8,44 @@
 #include "ir/verifier.h"
 #include "multidevice/sharding.h"
 #include "passes/pass.h"
+#include "support/error.h"
 
 namespace py = pybind11;
 
 namespace mf {
+namespace {
+
+// An attention option as the user may give it: None, a Python number or bool, or a constant scalar
+// (fd.define_scalar(value)). A fusion-input scalar has no value yet: refused, by name.
+std::optional<double> constantOption(const py::object& v, const char* op, const char* name) {
+  if (v.is_none()) return std::nullopt;
+  if (py::isinstance<Scalar>(v)) {
+    const Scalar* s = v.cast<const Scalar*>();
+    MF_USER_ARG_CHECK(s->value().has_value(), op, ": ", name, " must be known when the fusion is defined (a number ",
+                      "or fd.define_scalar(value)); got the fusion input ", s->toString());
+    return s->value();
+  }
+  MF_USER_ARG_CHECK(py::isinstance<py::float_>(v) || py::isinstance<py::int_>(v), op, ": ", name,
+                    " must be None, a number or a constant scalar; got ", py::type::handle_of(v).attr("__name__").cast<std::string>());
+  return v.cast<double>();
+}
+
+AttentionOptions attentionOptions(const char* op, const py::object& dropout_p, const py::object& is_causal,
+                                  const py::object& scale) {
+  AttentionOptions o;
+  o.dropout_p = constantOption(dropout_p, op, "dropout_p");
+  if (auto c = constantOption(is_causal, op, "is_causal")) o.is_causal = *c != 0.0;
+  o.scale = constantOption(scale, op, "scale");
+  return o;
+}
+
+py::tuple tupleOf(const std::vector<TensorView*>& tvs) {
+  py::tuple t(tvs.size());
+  for (size_t i = 0; i < tvs.size(); ++i) t[i] = py::cast(tvs[i], py::return_value_policy::reference);
+  return t;
+}
+
+}  // namespace
 
 void bindIr(py::module& m) {
   py::enum_<DataType>(m, "DataType")
@@ -118,11 +152,27 @@ void bindIr(py::module& m) {
   ops.def("reshape", &reshape, rv);
   ops.def("matmul", &matmul, rv);
   ops.def("linear", &linear, py::arg("x"), py::arg("w"), py::arg("bias") = nullptr, rv);
+  ops.def(
+      "sdpfa_fwd",
+      [](TensorView* q, TensorView* k, TensorView* v, py::object dropout_p, py::object is_causal, py::object scale) {
+        return tupleOf(sdpfaFwd(q, k, v, attentionOptions("sdpfa_fwd", dropout_p, is_causal, scale)));
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("dropout_p") = py::none(), py::arg("is_causal") = py::none(),
+      py::arg("scale") = py::none());
+  ops.def(
+      "sdpfa_bwd",
+      [](TensorView* grad_attn, TensorView* q, TensorView* k, TensorView* v, TensorView* attn, TensorView* logsumexp,
+         py::object dropout_p, py::object is_causal, TensorView* seed, TensorView* offset, py::object scale) {
+        return tupleOf(sdpfaBwd(grad_attn, q, k, v, attn, logsumexp, seed, offset,
+                                attentionOptions("sdpfa_bwd", dropout_p, is_causal, scale)));
+      },
+      py::arg("grad_attn"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("attn"), py::arg("logsumexp"),
+      py::arg("dropout_p"), py::arg("is_causal"), py::arg("seed"), py::arg("offset"), py::arg("scale") = py::none());
   py::enum_<OpType> op_type(m, "OpType");
   for (const OpInfo& info : allOps()) op_type.value(info.name, info.op);
   // The registry as Python sees it: fd.ops builds its plain unary and binary functions from it.
   ops.def("table", [] {
-    static const char* kKinds[] = {"unary", "binary", "ternary", "layout", "reduction", "contraction"};
+    static const char* kKinds[] = {"unary", "binary", "ternary", "layout", "reduction", "contraction", "attention"};
     py::list rows;
     for (const OpInfo& info : allOps()) {
       rows.append(py::make_tuple(info.name, kKinds[static_cast<int>(info.kind)], info.attrs != kNoAttrs));

@@ -13,12 +13,12 @@ struct Ranks {
   int64_t crank;
 };
 
-Ranks ranksOf(const Expr* e, size_t input_index) {
+Ranks ranksOf(const Expr* e, size_t input_index, size_t output_index = 0) {
   MF_CHECK(e->input(input_index)->isTensor(), "input ", input_index, " of ", e->toString(), " is not a tensor");
   auto* producer = static_cast<TensorView*>(e->input(input_index));
   Ranks r;
   r.p_ids = producer->logicalNoReductions();
-  r.c_ids = &e->out()->rootOrLogical();
+  r.c_ids = &e->outTensor(output_index)->rootOrLogical();
   r.prank = static_cast<int64_t>(r.p_ids.size());
   r.crank = static_cast<int64_t>(r.c_ids->size());
   return r;
@@ -134,9 +134,28 @@ std::vector<int64_t> mapMatmul(const Expr* e, size_t input_index) {
   return map;
 }
 
-std::vector<int64_t> mapProducerToConsumer(const Expr* e, size_t input_index) {
-  std::vector<int64_t> map = opInfo(e->op()).axis_map(e, input_index);
-  Ranks r = ranksOf(e, input_index);
+std::vector<int64_t> mapAttention(const Expr* e, size_t input_index, size_t output_index) {
+  Ranks r = ranksOf(e, input_index, output_index);
+  // q is input 0 of the forward and input 1 of the backward; its axes are [lead.., seq, head_dim].
+  size_t q_index = e->op() == OpType::SdpfaBwd ? 1 : 0;
+  int64_t lead = rankOf(e->input(q_index)) - 2;
+  std::vector<int64_t> map(r.prank, -1);
+  for (int64_t p = 0; p < r.prank && p < lead && p < r.crank; ++p) map[p] = p;
+  // Without a causal mask each query row is independent of the others: q's sequence maps onto the
+  // forward's outputs (attn, logsumexp), so a query split on it stays local. A causal mask needs
+  // global positions, and the backward sums over every query row for grad_k and grad_v.
+  bool rows_independent = e->op() == OpType::SdpfaFwd && !e->attrs().is_causal;
+  if (rows_independent && input_index == 0 && output_index <= 1 && r.prank > lead) map[lead] = lead;
+  return map;
+}
+
+std::vector<int64_t> mapProducerToConsumer(const Expr* e, size_t input_index, size_t output_index) {
+  const OpInfo& info = opInfo(e->op());
+  MF_CHECK(info.output_axis_map != nullptr || output_index == 0, info.name, " has one output; asked for output ",
+           output_index);
+  std::vector<int64_t> map = info.output_axis_map != nullptr ? info.output_axis_map(e, input_index, output_index)
+                                                              : info.axis_map(e, input_index);
+  Ranks r = ranksOf(e, input_index, output_index);
   const auto& c_ids = *r.c_ids;
   for (int64_t p = 0; p < r.prank; ++p) {
     const IterDomain* pid = r.p_ids[p];

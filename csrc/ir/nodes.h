@@ -178,10 +178,14 @@ class TensorView : public Val {
 //   Cast: dtype. Sum/Max/Min: dims (reduced logical axes of the input). Permute: dims.
 //   Squeeze: dims. BroadcastInDim: dims (output axis of each input axis), shape (output shape).
 //   Reshape: shape (the new global shape).
+//   SdpfaFwd/SdpfaBwd: dropout_p, is_causal, scale (none: 1/sqrt(head_dim), as PyTorch).
 struct ExprAttrs {
   std::vector<int64_t> dims;
   std::vector<int64_t> shape;
   DataType dtype = DataType::Float;
+  double dropout_p = 0.0;
+  bool is_causal = false;
+  std::optional<double> scale;
 };
 
 class Expr {
@@ -195,6 +199,7 @@ class Expr {
   Val* input(size_t i) const { return inputs_.at(i); }
   Val* output(size_t i) const { return outputs_.at(i); }
   TensorView* out() const;  // the single TensorView output
+  TensorView* outTensor(size_t i) const;  // output i, which must be a TensorView
   const ExprAttrs& attrs() const { return attrs_; }
   ExprAttrs& mutableAttrs() { return attrs_; }
   void replaceInput(size_t i, Val* v) { inputs_.at(i) = v; }

@@ -143,6 +143,27 @@ std::vector<OpInfo> buildTable() {
   linear.aten_args = AtenArgs::FoldedWeight;
   linear.no_cuda = matmul.no_cuda;
   t.push_back(linear);
+
+  // Attention: PyTorch's fused kernels through ATen, in a segment of their own. Batch and head
+  // axes pass through, and q's sequence in a forward without causal mask; other sequence and
+  // head_dim axes are whole on every device (gathered when sharded): splitting them needs a ring
+  // or a partial softmax, which is not built yet.
+  OpInfo fwd = base(OpType::SdpfaFwd, "sdpfa_fwd", OpKind::Attention, 3, 3, D::SameAsInput, nullptr);
+  fwd.output_axis_map = &mapAttention;
+  fwd.sharding_free_outputs = {2, 3};  // seed, offset
+  fwd.regroups_axes = true;            // an output split on an axis no input maps to is a reshard
+  fwd.attrs = kAttrAttention;
+  fwd.aten = "aten::_scaled_dot_product_flash_attention";
+  fwd.aten_args = AtenArgs::Attention;
+  fwd.no_cuda = "runs on PyTorch's fused attention kernels through ATen, not in a generated kernel";
+  t.push_back(fwd);
+  OpInfo bwd = fwd;
+  bwd.op = OpType::SdpfaBwd;
+  bwd.name = "sdpfa_bwd";
+  bwd.min_inputs = bwd.max_inputs = 8;  // grad_attn, q, k, v, attn, logsumexp, seed, offset
+  bwd.sharding_free_outputs = {};
+  bwd.aten = "aten::_scaled_dot_product_flash_attention_backward";
+  t.push_back(bwd);
   for (size_t k = 0; k < t.size(); ++k) {
     MF_CHECK(static_cast<size_t>(t[k].op) == k, "op registry out of order at ", t[k].name);
   }
@@ -178,6 +199,7 @@ bool isPointwise(OpType op) {
 }
 bool isReduction(OpType op) { return opInfo(op).kind == OpKind::Reduction; }
 bool isContraction(OpType op) { return opInfo(op).kind == OpKind::Contraction; }
+bool runsAlone(OpType op) { return isContraction(op) || opInfo(op).kind == OpKind::Attention; }
 bool reduces(OpType op) { return isReduction(op) || isContraction(op); }
 
 }  // namespace mf

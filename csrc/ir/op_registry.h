@@ -33,6 +33,8 @@ enum class OpType {
   Sum, Max, Min,
   // contractions
   Matmul, Linear,
+  // attention (several outputs each)
+  SdpfaFwd, SdpfaBwd,
 };
 
 enum class OpKind {
@@ -42,6 +44,7 @@ enum class OpKind {
   Layout,       // moves or views data: broadcast_in_dim, squeeze, permute, reshape
   Reduction,    // sum/max/min over axes; reduced axes stay in the output's logical domain as r{}
   Contraction,  // matmul/linear: output ends with the contracted r{k}
+  Attention,    // sdpfa_fwd/bwd: PyTorch's fused attention, several outputs, no reduction axes
 };
 
 // How the output dtype follows from the operands.
@@ -63,6 +66,7 @@ enum AttrMask : unsigned {
   kAttrShape = 1u << 1,           // ", shape=[..]"
   kAttrDims = 1u << 2,            // ", dims=[..]"
   kAttrBroadcastDims = 1u << 3,   // ", broadcast_dims=[..]" (stored in dims)
+  kAttrAttention = 1u << 4,       // ", dropout_p=0, is_causal=true, scale=none"
 };
 
 // How the ATen evaluator calls the op (the op itself is found by `aten` name through the
@@ -77,11 +81,15 @@ enum class AtenArgs {
   BroadcastInDim,  // view with the output's rank, then expand to the local output shape
   FoldedWeight,    // Operands, with a weight of several output axes (and its bias) folded to one
                    // for the call and the output unfolded again (linear with a 3-D weight)
+  Attention,       // PyTorch's fused attention forward or backward for the tensors' device
+                   // (runtime/attention.cpp); attributes dropout_p, is_causal, scale
 };
 
 // For expr `e` and its tensor input at `input_index`: result[p] is the index into the consumer's
 // rootOrLogical() of the axis that the producer's p-th non-reduction logical axis maps to, or -1.
 using AxisMapFn = std::vector<int64_t> (*)(const Expr* e, size_t input_index);
+// The same for an op of several outputs: indices into output `output_index`'s rootOrLogical().
+using OutputAxisMapFn = std::vector<int64_t> (*)(const Expr* e, size_t input_index, size_t output_index);
 
 struct OpInfo {
   OpType op;
@@ -91,7 +99,12 @@ struct OpInfo {
   int max_inputs;
   DtypeRule dtype_rule;
   unsigned attrs;  // AttrMask bits
-  AxisMapFn axis_map;
+  AxisMapFn axis_map;  // ops of one output
+  // Ops of several outputs (axis_map is then null); mapProducerToConsumer picks the right one.
+  OutputAxisMapFn output_axis_map;
+  // Outputs that hold none of the inputs' data (the RNG state attention returns): replicated
+  // whatever the inputs' shardings, so they never make the op a resharding. Several outputs only.
+  std::vector<int> sharding_free_outputs;
 
   // Sharding rule.
   // Inputs whose shardings the output takes first during propagation; empty: the most parallel
@@ -134,6 +147,9 @@ bool isComparison(OpType op);
 bool isPointwise(OpType op);  // unary, binary, ternary and cast
 bool isReduction(OpType op);
 bool isContraction(OpType op);
+// Ops that run in a compute segment of their own on ATen (contractions on cuBLAS, attention on
+// PyTorch's fused kernels), so that the pointwise work around them can be a generated kernel.
+bool runsAlone(OpType op);
 // Reductions and contractions: ops whose output has reduction axes.
 bool reduces(OpType op);
 

@@ -26,4 +26,20 @@ TensorView* reshape(TensorView* x, const std::vector<int64_t>& shape);
 TensorView* matmul(TensorView* a, TensorView* b);
 TensorView* linear(TensorView* x, TensorView* w, TensorView* bias = nullptr);
 
+// Attention (ops_attention.cpp). q, k, v: [batch.., heads, seq, head_dim], one dtype (float, half,
+// bfloat16), k and v of one sequence length, one head_dim, the same leading axes (no
+// grouped-query heads).
+// Unset options take PyTorch's defaults: no dropout, not causal, scale 1/sqrt(head_dim).
+struct AttentionOptions {
+  std::optional<double> dropout_p;
+  std::optional<bool> is_causal;
+  std::optional<double> scale;
+};
+// {attn [lead.., seq_q, head_dim], logsumexp (float) [lead.., seq_q], seed, offset (0-d Int)}.
+std::vector<TensorView*> sdpfaFwd(TensorView* q, TensorView* k, TensorView* v, const AttentionOptions& options);
+// {grad_q, grad_k, grad_v}, shaped like q, k, v; the forward's options must be given again.
+std::vector<TensorView*> sdpfaBwd(TensorView* grad_attn, TensorView* q, TensorView* k, TensorView* v, TensorView* attn,
+                                  TensorView* logsumexp, TensorView* seed, TensorView* offset,
+                                  const AttentionOptions& options);
+
 }  // namespace mf

@@ -8,6 +8,7 @@
 //       root: [...]                             (optional)
 //       OuterSplit(i1{8}, factor 2) -> iDIDx5{2}, i6{4}     (transforms, in order)
 //       loop: [...]  allocation: [...]          (optional)
+//     T4, T5 = op(..)                           (an op of several outputs: one header each, in order)
 //     outputs: T2
 //   }
 // Axes are named as printed (iDIDx5{2}rf: iteration type, parallel type, name, extent, rfactor
@@ -335,7 +336,7 @@ class Parser {
     size_t open = line.find('(', eq);
     fail(eq != std::string::npos && open != std::string::npos && line.back() == ')',
          "expected 'T<n> = op(operands)', got '", line, "'");
-    std::string out_name = line.substr(0, eq);
+    std::vector<std::string> out_names = splitTopLevel(line.substr(0, eq));  // several for attention
     std::string op_name = line.substr(eq + 3, open - eq - 3);
     const OpInfo* info = findOp(op_name);
     fail(info != nullptr, "unknown op '", op_name, "'");
@@ -352,16 +353,30 @@ class Parser {
       if (key == "dtype") attrs.dtype = parseDtype(value);
       else if (key == "shape") attrs.shape = parseInts(value);
       else if (key == "dims" || key == "broadcast_dims") attrs.dims = parseInts(value);
+      else if (key == "dropout_p") attrs.dropout_p = parseNumber(value);
+      else if (key == "is_causal") attrs.is_causal = value == "true";
+      else if (key == "scale") attrs.scale = value == "none" ? std::nullopt : std::optional<double>(parseNumber(value));
       else fail(false, "unknown attribute '", key, "' of ", op_name);
     }
     fail(static_cast<int>(operands.size()) >= info->min_inputs && static_cast<int>(operands.size()) <= info->max_inputs,
          op_name, " takes ", info->min_inputs, "-", info->max_inputs, " operands, got ", operands.size());
-    fail(line_ < lines_.size(), "missing the output tensor of '", line, "'");
-    std::string header = trimmed(lines_[line_]);
-    next();
-    TensorView* out = parseTensor(header);
-    fail(out->toString() == out_name, "the expr defines ", out_name, " but the next line describes ", out->toString());
-    fusion_->newExpr(info->op, operands, {out}, attrs);
+    std::vector<Val*> outs;
+    for (const std::string& out_name : out_names) {
+      fail(line_ < lines_.size(), "missing the output tensor ", out_name, " of '", line, "'");
+      std::string header = trimmed(lines_[line_]);
+      next();
+      TensorView* out = parseTensor(header);
+      fail(out->toString() == out_name, "the expr defines ", out_name, " but the next line describes ", out->toString());
+      outs.push_back(out);
+    }
+    fusion_->newExpr(info->op, operands, outs, attrs);
+  }
+
+  double parseNumber(const std::string& text) {
+    char* end = nullptr;
+    double v = std::strtod(text.c_str(), &end);
+    fail(end != nullptr && *end == '\0' && !text.empty(), "expected a number, got '", text, "'");
+    return v;
   }
 
   std::unique_ptr<Fusion> fusion_;

@@ -56,6 +56,11 @@ TensorView* Expr::out() const {
   return static_cast<TensorView*>(outputs_[0]);
 }
 
+TensorView* Expr::outTensor(size_t i) const {
+  MF_CHECK(i < outputs_.size() && outputs_[i]->isTensor(), "expr has no tensor output ", i);
+  return static_cast<TensorView*>(outputs_[i]);
+}
+
 TensorView::TensorView(int64_t name, DataType dtype, std::vector<IterDomain*> logical)
     : Val(ValKind::Tensor, name, dtype), logical_(logical), loop_(std::move(logical)) {}
 

@@ -6,6 +6,7 @@
 
 #include "ir/fusion.h"
 #include "multidevice/sharding.h"
+#include "runtime/attention.h"
 #include "support/error.h"
 
 namespace mf {
@@ -157,6 +158,7 @@ at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in,
       result = flat.reshape(shape);
       break;
     }
+    case AtenArgs::Attention: MF_THROW_INTERNAL("attention is evaluated by evaluateAttention");
     case AtenArgs::Operands: {
       std::vector<c10::IValue> args;
       for (const RuntimeValue& v : in) {
@@ -185,9 +187,11 @@ at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in,
 
 }  // namespace
 
-at::Tensor evaluateExpr(const Expr* e, const std::vector<RuntimeValue>& in, const ExtentBindings& bindings) {
+std::vector<at::Tensor> evaluateExpr(const Expr* e, const std::vector<RuntimeValue>& in,
+                                     const ExtentBindings& bindings) {
   try {
-    return evaluateUnchecked(e, in, bindings);
+    if (opInfo(e->op()).aten_args == AtenArgs::Attention) return evaluateAttention(e, in);
+    return {evaluateUnchecked(e, in, bindings)};
   } catch (const c10::Error& err) {
     MF_THROW_USER("while running ", e->toString(), ": ", err.what_without_backtrace());
   }

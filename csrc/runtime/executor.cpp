@@ -413,7 +413,8 @@ void FusionExecutor::runSegment(int64_t index, std::unordered_map<const Val*, at
       rv.tensor = it->second;
       ins.push_back(std::move(rv));
     }
-    values[e->out()] = evaluateExpr(e, ins, bindings);
+    std::vector<at::Tensor> results = evaluateExpr(e, ins, bindings);
+    for (size_t i = 0; i < results.size(); ++i) values[e->output(i)] = std::move(results[i]);
   }
 }
 

@@ -131,6 +131,16 @@ class _Ops:
     def linear(self, x, w, bias=None):
         return _C.ops.linear(self._tensor(x, "linear"), self._tensor(w, "linear"), bias)
 
+    def sdpfa_fwd(self, q, k, v, dropout_p=None, is_causal=None, scale=None):
+        """attn, logsumexp, seed, offset; options are numbers, constant scalars or None."""
+        q, k, v = (self._tensor(t, "sdpfa_fwd") for t in (q, k, v))
+        return _C.ops.sdpfa_fwd(q, k, v, dropout_p, is_causal, scale)
+
+    def sdpfa_bwd(self, grad_attn, q, k, v, attn, logsumexp, dropout_p, is_causal, seed, offset, scale=None):
+        """grad_q, grad_k, grad_v; give the forward's options again."""
+        tensors = [self._tensor(t, "sdpfa_bwd") for t in (grad_attn, q, k, v, attn, logsumexp, seed, offset)]
+        return _C.ops.sdpfa_bwd(*tensors[:6], dropout_p, is_causal, *tensors[6:], scale)
+
 
 class _Sched:
     """self.sched in the class style: schedule calls that take the tensor first."""
