@@ -28,7 +28,7 @@ enum class OpType {
   // ternary
   Where,
   // layout
-  BroadcastInDim, Squeeze, Permute, Reshape,
+  BroadcastInDim, Squeeze, Permute, Reshape, Slice, Pad, Cat, StrideOrder,
   // reductions
   Sum, Max, Min,
   // contractions
@@ -39,7 +39,8 @@ enum class OpKind {
   Unary,        // one tensor in, same shape out
   Binary,       // two operands (tensor or scalar), broadcast right-aligned
   Ternary,      // where
-  Layout,       // moves or views data: broadcast_in_dim, squeeze, permute, reshape
+  Layout,       // moves or views data: broadcast_in_dim, squeeze, permute, reshape, slice, pad, cat,
+                // stride_order
   Reduction,    // sum/max/min over axes; reduced axes stay in the output's logical domain as r{}
   Contraction,  // matmul/linear: output ends with the contracted r{k}
 };
@@ -63,6 +64,8 @@ enum AttrMask : unsigned {
   kAttrShape = 1u << 1,           // ", shape=[..]"
   kAttrDims = 1u << 2,            // ", dims=[..]"
   kAttrBroadcastDims = 1u << 3,   // ", broadcast_dims=[..]" (stored in dims)
+  kAttrStrides = 1u << 4,         // ", strides=[..]" (slice; stored in dims)
+  kAttrPadWidths = 1u << 5,       // ", pad_widths=[..]" (pad; stored in dims)
 };
 
 // How the ATen evaluator calls the op (the op itself is found by `aten` name through the
@@ -77,6 +80,10 @@ enum class AtenArgs {
   BroadcastInDim,  // view with the output's rank, then expand to the local output shape
   FoldedWeight,    // Operands, with a weight of several output axes (and its bias) folded to one
                    // for the call and the output unfolded again (linear with a 3-D weight)
+  Slice,           // aten(x, axis, start, end, step) per sliced axis, bounds from the scalar operands
+  Pad,             // aten(x, pad widths, fill value operand)
+  Cat,             // aten([tensor operands], axis)
+  StrideOrder,     // no call: the input copied into the output's stride order
 };
 
 // For expr `e` and its tensor input at `input_index`: result[p] is the index into the consumer's
@@ -103,8 +110,9 @@ struct OpInfo {
   // An input added after the reduction (linear's bias): pulled out when the reduction is sharded,
   // so it is added once rather than once per device. -1: none.
   int bias_input;
-  // Every output axis is made of this op's input data, regrouped (reshape): a device split on an
-  // output axis that no input axis maps to onto is then a reshard, not a fresh axis.
+  // Every output axis is made of this op's input data, regrouped (reshape) or resized (slice, pad,
+  // cat): a device split on an output axis that no input axis maps to onto is then a reshard, not
+  // a fresh axis. (A resized axis maps to nothing: its shards would hold different ranges.)
   bool regroups_axes;
 
   // ATen evaluation: a dispatcher name ("aten::exp", "aten::sum.dim_IntList") and its arguments.

@@ -30,6 +30,8 @@ std::string attrString(const Expr* e) {
   if (mask & kAttrShape) s += ", shape=" + listText(a.shape);
   if (mask & kAttrDims) s += ", dims=" + listText(a.dims);
   if (mask & kAttrBroadcastDims) s += ", broadcast_dims=" + listText(a.dims);
+  if (mask & kAttrStrides) s += ", strides=" + listText(a.dims);
+  if (mask & kAttrPadWidths) s += ", pad_widths=" + listText(a.dims);
   return s;
 }
 
