@@ -4,7 +4,6 @@
 #include <set>
 
 #include "support/error.h"
-#include "support/text.h"
 
 namespace mf {
 namespace {
@@ -12,12 +11,6 @@ namespace {
 IterDomain* freshLike(Fusion& f, const IterDomain* id, IterType type) { return f.newIterDomain(id->extent(), type); }
 
 TensorView* newOutput(Fusion& f, DataType dtype, const std::vector<IterDomain*>& ids) { return f.newTensor(dtype, ids); }
-
-std::string shapeString(const TensorView* tv) {
-  std::vector<std::string> extents;
-  for (const IterDomain* id : tv->logicalNoReductions()) extents.push_back(id->extent().toString());
-  return listText(extents);
-}
 
 Fusion& fusionOf(std::initializer_list<Val*> vals) {
   for (Val* v : vals) {
@@ -142,9 +135,9 @@ Scalar* extentArithmetic(OpType op, Val* a, Val* b) {
   auto* sb = dynamic_cast<Scalar*>(b);
   MF_USER_ARG_CHECK(sa && sb, toString(op), ": at least one operand must be a tensor");
   bool extent_op = op == OpType::Add || op == OpType::Sub || op == OpType::Mul;
-  MF_USER_ARG_CHECK(extent_op && isIntegral(sa->dtype()) && isIntegral(sb->dtype()), toString(op), "(", sa->toString(),
-                    ", ", sb->toString(), "): scalar-only arithmetic is supported for add, sub and mul of integers ",
-                    "(extents); use a tensor operand otherwise");
+  MF_USER_ARG_CHECK(extent_op && isIntegral(sa->dtype()) && isIntegral(sb->dtype()), toString(op),
+                    ": at least one operand must be a tensor (got ", sa->toString(), " and ", sb->toString(),
+                    "); scalar-only arithmetic is supported for add, sub and mul of integers (extents)");
   Fusion& f = *sa->fusion();
   if (sa->value() && sb->value()) {
     double x = *sa->value(), y = *sb->value();

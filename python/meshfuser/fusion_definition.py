@@ -140,7 +140,15 @@ class _Ops:
     def shape(self, x):
         return _C.ops.shape(self._tensor(x, "shape"))
 
-    def slice(self, x, start_indices, end_indices, strides=None):
+    def slice(self, x, start_indices, end_indices, strides=None, manual_normalization=False):
+        if manual_normalization:
+            # nvFuser's flag: the bounds are already normalized, so they are used as given (never
+            # wrapped or clamped); a static bound outside [0, extent] is an error rather than UB.
+            for axis, (s, e, n) in enumerate(zip(start_indices, end_indices, self._tensor(x, "slice").shape)):
+                bad = [b for b in (s, e) if isinstance(b, numbers.Integral) and (b < 0 or (n >= 0 and b > n))]
+                if bad or (isinstance(s, numbers.Integral) and isinstance(e, numbers.Integral) and e < s):
+                    raise _C.ArgumentError(f"slice: axis {axis} of {x!r} has bounds [{s}, {e}) with "
+                                           f"manual_normalization; expected 0 <= start <= end <= {n}")
         starts = [self._val(s) for s in start_indices]
         ends = [self._val(e) for e in end_indices]
         return _C.ops.slice(self._tensor(x, "slice"), starts, ends, [int(s) for s in (strides or [])])
@@ -149,7 +157,10 @@ class _Ops:
         return _C.ops.pad(self._tensor(x, "pad"), [int(w) for w in pad_widths],
                           None if value is None else self._val(value))
 
-    def cat(self, tensors, dim=0):
+    def cat(self, tensors, dim=0, manual_padding=False):
+        if manual_padding:
+            raise _C.ArgumentError("cat: manual_padding=True (inputs already padded to the output's extent) is not "
+                                   "supported; pass the unpadded tensors")
         return _C.ops.cat([self._tensor(t, "cat") for t in tensors], int(dim))
 
     def stride_order(self, x, stride_order):

@@ -90,6 +90,16 @@ def test_slice_scalar_bounds_out_of_range():
         fd.execute([torch.randn(4), 5])
 
 
+def test_slice_manual_normalization_uses_bounds_as_given():
+    x = torch.randn(6, 4)
+    _, (out,) = _run(lambda fd: fd.ops.slice(fd.define_tensor([6, 4]), [1, 0], [5, 4], [2, 1],
+                                             manual_normalization=True), [x])
+    torch.testing.assert_close(out, x[1:5:2])
+    with FusionDefinition() as fd:
+        with pytest.raises(meshfuser.Error, match=r"slice: axis 0 of T0 has bounds \[-2, 6\) with manual_normalization"):
+            fd.ops.slice(fd.define_tensor([6, 4]), [-2, 0], [6, 4], manual_normalization=True)
+
+
 def test_slice_errors():
     with FusionDefinition() as fd:
         x = fd.define_tensor([4, 5])
@@ -117,6 +127,8 @@ def test_cat(dtype, symbolic, dim):
 def test_cat_extent_mismatch():
     with FusionDefinition() as fd:
         a, b = fd.define_tensor([2, 3]), fd.define_tensor([2, 4])
+        with pytest.raises(meshfuser.Error, match=r"cat: manual_padding=True .* is not supported"):
+            fd.ops.cat([a, b], 1, manual_padding=True)
         with pytest.raises(meshfuser.Error, match=r"cat: tensor 1 \(T1\) has extent 4 at axis 1 but tensor 0 has 3"):
             fd.ops.cat([a, b], 0)
         with pytest.raises(meshfuser.Error, match=r"cat: dim 2 is out of range for T0 of rank 2"):

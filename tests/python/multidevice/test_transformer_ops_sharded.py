@@ -199,3 +199,44 @@ def test_where_with_broadcast_operands_shards_like_pointwise(multidevice_test):
     (res,), comms = _plan(fd, inputs)
     assert comms == []
     torch.testing.assert_close(res.cpu(), mesh.shard_tensor(torch.where(fc, fa, fb), 0, rank))
+
+
+def test_slice_bounds_that_differ_between_ranks_are_an_error_on_every_rank(multidevice_test):
+    d, rank, dev = multidevice_test.size, multidevice_test.rank, multidevice_test.device
+    if d < 2:
+        pytest.skip("needs 2+ ranks")
+    mesh = DeviceMesh(range(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([2 * d, 6])
+        end = fd.define_scalar(dtype=meshfuser.DataType.Int)
+        out = fd.ops.slice(x, [0, 1], [2 * d, end])
+        fd.add_output(out)
+        _shard(x, mesh, 0)
+    full = torch.randn(2 * d, 6)
+    shard = mesh.shard_tensor(full, 0, rank).to(dev)
+    with pytest.raises(meshfuser.Error, match=r"ranks pass different values for the integer scalar S0 \(input 1\)"):
+        fd.execute([shard, 4 if rank == 0 else 5])
+    (res,), comms = _plan(fd, [shard, 5])  # the ranks agree again: the program runs
+    assert comms == []
+    torch.testing.assert_close(res.cpu(), mesh.shard_tensor(full[:, 1:5], 0, rank))
+
+
+def test_rotary_halves_with_heads_sharded_and_symbolic_sequence(multidevice_test):
+    # RoPE's rotate_half on [batch, heads, seq, dim] sharded on heads, seq symbolic: local on every rank.
+    d, rank, dev = multidevice_test.size, multidevice_test.rank, multidevice_test.device
+    b, heads, dim = 2, 2 * d, 8
+    mesh = DeviceMesh(range(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([b, heads, -1, dim])
+        seq = fd.ops.size(x, 2)
+        x1 = fd.ops.slice(x, [0, 0, 0, 0], [b, heads, seq, dim // 2])
+        x2 = fd.ops.slice(x, [0, 0, 0, dim // 2], [b, heads, seq, dim])
+        out = fd.ops.cat([fd.ops.neg(x2), x1], -1)
+        fd.add_output(out)
+        _shard(x, mesh, 1)
+    for t in (3, 4):
+        full = torch.randn(b, heads, t, dim)
+        (res,), comms = _plan(fd, [mesh.shard_tensor(full, 1, rank).to(dev)])
+        assert comms == []
+        ref = torch.cat([-full[..., dim // 2:], full[..., :dim // 2]], -1)
+        torch.testing.assert_close(res.cpu(), mesh.shard_tensor(ref, 1, rank))
