@@ -122,8 +122,8 @@ void bindIr(py::module& m) {
   ops.def("reshape_vals", &reshapeExtents, rv);
   ops.def("size", &size, rv);
   ops.def("shape", &shape, rv);
-  ops.def("slice", &slice, py::arg("x"), py::arg("starts"), py::arg("ends"), py::arg("strides") = std::vector<int64_t>{},
-          rv);
+  ops.def("slice", &slice, py::arg("x"), py::arg("starts"), py::arg("ends"),
+          py::arg("strides") = std::vector<int64_t>{}, rv);
   ops.def("pad", &pad, py::arg("x"), py::arg("pad_widths"), py::arg("value") = nullptr, rv);
   ops.def("cat", &cat, rv);
   ops.def("stride_order", &strideOrder, rv);

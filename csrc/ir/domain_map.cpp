@@ -114,6 +114,19 @@ std::vector<int64_t> mapResized(const Expr* e, size_t input_index) {
   return map;
 }
 
+// Pad: only axes with no width keep their data in place (widths [1, -1] keep the extent but shift).
+std::vector<int64_t> mapPad(const Expr* e, size_t input_index) {
+  Ranks r = ranksOf(e, input_index);
+  const std::vector<int64_t>& widths = e->attrs().dims;
+  std::vector<int64_t> map(r.prank);
+  for (int64_t p = 0; p < r.prank; ++p) {
+    size_t from_last = static_cast<size_t>(r.prank - 1 - p);
+    bool padded = 2 * from_last < widths.size() && (widths[2 * from_last] != 0 || widths[2 * from_last + 1] != 0);
+    map[p] = padded ? -1 : p;
+  }
+  return map;
+}
+
 // out = [batch..., out_features (0, 1 or 2 axes), r{k}]; input 0 is x, 1 the weight, 2 the bias.
 std::vector<int64_t> mapLinear(const Expr* e, size_t input_index) {
   Ranks r = ranksOf(e, input_index);

@@ -23,6 +23,7 @@ std::vector<int64_t> mapPermute(const Expr* e, size_t input_index);
 std::vector<int64_t> mapReshape(const Expr* e, size_t input_index);
 // slice, pad, cat: right-aligned, but an axis whose extent the op changes maps to nothing.
 std::vector<int64_t> mapResized(const Expr* e, size_t input_index);
+std::vector<int64_t> mapPad(const Expr* e, size_t input_index);  // padded axes map to nothing
 std::vector<int64_t> mapLinear(const Expr* e, size_t input_index);
 std::vector<int64_t> mapMatmul(const Expr* e, size_t input_index);
 

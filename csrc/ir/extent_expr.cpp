@@ -11,6 +11,15 @@ namespace {
 
 using Bindings = std::unordered_map<std::string, int64_t>;
 
+bool isName(const std::string& s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
+}
+
+bool isNumber(const std::string& s) {
+  auto digit = [](char c) { return std::isdigit(static_cast<unsigned char>(c)) != 0; };
+  return !s.empty() && std::all_of(s.begin(), s.end(), digit);
+}
+
 // Recursive descent over the grammar of extent_expr.h. A failed lookup makes the result nullopt.
 class Evaluator {
  public:
@@ -107,9 +116,7 @@ class Evaluator {
     std::string canonical = f.canonicalSymbol(e.symbol);
     it = b.find(canonical);
     if (it != b.end()) return it->second;
-    bool plain = !e.symbol.empty() && std::all_of(e.symbol.begin(), e.symbol.end(),
-                                                  [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
-    if (!plain) {
+    if (e.symbol.empty() || !isName(e.symbol)) {
       auto v = Evaluator(f, b, e.symbol, depth).run();
       if (v) return v;
     }
@@ -148,8 +155,7 @@ std::vector<std::string> splitTop(const std::string& s, const std::string& seps,
 // Operand text for a bigger expression: parenthesized unless it is a single name or number.
 std::string operand(const Extent& e) {
   if (e.isConst()) return std::to_string(e.value);
-  bool simple = std::all_of(e.symbol.begin(), e.symbol.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
-  return simple ? e.symbol : "(" + e.symbol + ")";
+  return isName(e.symbol) ? e.symbol : "(" + e.symbol + ")";
 }
 
 Extent symbolic(std::string text) {
@@ -221,10 +227,12 @@ ExtentFactors factorsOf(const Fusion& f, const Extent& extent) {
   std::vector<std::string> parts = sums.size() == 1 ? splitTop(text, "*/", &ops) : std::vector<std::string>{text};
   if (ops.find('/') != std::string::npos) parts = {text};  // a quotient is one atom
   for (std::string p : parts) {
-    while (p.size() > 2 && p.front() == '(' && p.back() == ')' && splitTop(p.substr(1, p.size() - 2), "+-*/").size() == 1) {
+    // "(s0)" is s0; "(s0+4)" stays one atom.
+    while (p.size() > 2 && p.front() == '(' && p.back() == ')' &&
+           splitTop(p.substr(1, p.size() - 2), "+-*/").size() == 1) {
       p = p.substr(1, p.size() - 2);
     }
-    if (!p.empty() && std::all_of(p.begin(), p.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); })) {
+    if (isNumber(p)) {
       r.constant *= std::stoll(p);
     } else {
       r.atoms.push_back(f.canonicalSymbol(p));

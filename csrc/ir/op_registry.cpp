@@ -124,15 +124,15 @@ std::vector<OpInfo> buildTable() {
   reshape.cuda = nullptr;
   reshape.no_cuda = "reshape is not supported by the CUDA generator (it needs a view or a copy; ATen runs it)";
   t.push_back(reshape);
-  // Slice, pad and cat resize axes: an axis whose extent changes maps to nothing (mapResized), so
-  // a device split on it is gathered first; the other axes pass their splits through.
+  // Slice, pad and cat resize axes: an axis whose extent changes (or that a pad shifts) maps to
+  // nothing, so a device split on it is gathered first; the other axes pass their splits through.
   OpInfo slice = layout(OpType::Slice, "slice", kAttrStrides, &mapResized, "aten::slice.Tensor", AtenArgs::Slice);
   slice.max_inputs = 1 + 2 * 64;  // x, then (start, end) per axis
   slice.regroups_axes = true;
   slice.cuda = nullptr;
   slice.no_cuda = "slice runs on ATen (a view or a strided copy)";
   t.push_back(slice);
-  OpInfo pad = layout(OpType::Pad, "pad", kAttrPadWidths, &mapResized, "aten::constant_pad_nd", AtenArgs::Pad);
+  OpInfo pad = layout(OpType::Pad, "pad", kAttrPadWidths, &mapPad, "aten::constant_pad_nd", AtenArgs::Pad);
   pad.max_inputs = 2;  // x, fill value
   pad.regroups_axes = true;
   pad.cuda = nullptr;

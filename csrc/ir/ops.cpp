@@ -147,8 +147,8 @@ Scalar* extentArithmetic(OpType op, Val* a, Val* b) {
     if (s->value()) return std::to_string(static_cast<int64_t>(*s->value()));
     return "(" + (s->isExtent() ? s->extent() : s->toString()) + ")";
   };
-  MF_USER_ARG_CHECK((sa->value() || sa->isExtent() || f.isInput(sa)) && (sb->value() || sb->isExtent() || f.isInput(sb)),
-                    toString(op), ": scalar operands must be constants, inputs or extents");
+  auto usable = [&](const Scalar* s) { return s->value() || s->isExtent() || f.isInput(s); };
+  MF_USER_ARG_CHECK(usable(sa) && usable(sb), toString(op), ": scalar operands must be constants, inputs or extents");
   const char* sym = op == OpType::Add ? "+" : op == OpType::Sub ? "-" : "*";
   return f.newScalar(DataType::Int, std::nullopt, text(sa) + sym + text(sb));
 }

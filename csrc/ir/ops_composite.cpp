@@ -38,7 +38,8 @@ std::pair<TensorView*, TensorView*> varMean(TensorView* x, std::vector<int64_t> 
   std::set<int64_t> reduced;
   for (int64_t d : dims) {
     int64_t a = d < 0 ? d + rank : d;
-    MF_USER_ARG_CHECK(a >= 0 && a < rank, "var_mean: dim ", d, " is out of range for ", x->toString(), " of rank ", rank);
+    MF_USER_ARG_CHECK(a >= 0 && a < rank, "var_mean: dim ", d, " is out of range for ", x->toString(), " of rank ",
+                      rank);
     MF_USER_ARG_CHECK(reduced.insert(a).second, "var_mean: dim ", d, " of ", x->toString(), " is given twice");
   }
   Extent count = extentConst(1);

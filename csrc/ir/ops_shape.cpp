@@ -125,8 +125,8 @@ TensorView* reshapeExtents(TensorView* x, const std::vector<Val*>& shape) {
   std::vector<std::optional<Extent>> extents;
   for (size_t i = 0; i < shape.size(); ++i) {
     std::optional<int64_t> c = intConstant(shape[i]);
-    MF_USER_ARG_CHECK(!c || *c == -1 || *c > 0, "reshape: new shape of ", x->toString(), " has extent ", *c, " at axis ",
-                      i, "; expected -1 (inferred) or a positive extent");
+    MF_USER_ARG_CHECK(!c || *c == -1 || *c > 0, "reshape: new shape of ", x->toString(), " has extent ", *c,
+                      " at axis ", i, "; expected -1 (inferred) or a positive extent");
     if (c && *c == -1) extents.push_back(std::nullopt);
     else extents.push_back(extentOfVal(shape[i], "reshape", mf::str("new shape axis ", i)));
   }

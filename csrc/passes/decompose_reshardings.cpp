@@ -10,7 +10,7 @@
 //   2. rfactors reductions with a device-parallel reduction split into a local partial op plus a
 //      reduction over the device axis (seed 001);
 //   3. inserts sets: after an op with one tensor input (the op runs on the input's sharding), after
-//      an n-ary op whose output is sharded on an axis no input maps to (cat's axis: a local slice),
+//      an op whose output is sharded on an axis no input maps to (cat's axis: a local slice),
 //      before each input of an n-ary op whose sharding differs from what the op needs;
 //   4. splits a set that changes several mesh axes into a chain of sets changing one each.
 #include <algorithm>
@@ -166,8 +166,9 @@ bool copyShardingOf(const TensorView* src, TensorView* dst, ParallelType pt) {
   return shardAxis(dst, s.axis, pt, s.num_devices, s.whole_axis);
 }
 
-// 3c. An op of several tensor inputs whose output is sharded on an axis no input axis maps to
-// (cat's concatenated axis): t = op(inputs) unsharded there, then out = set(t) (a local slice).
+// 3c. An op that cannot run on its input's sharding and whose output is sharded on an axis no input
+// axis maps to (cat's concatenated axis, a sliced or padded one): t = op(inputs) unsharded there,
+// then out = set(t) (a local slice). No producer sharding could make such an op local.
 bool reshardFreshAxesAfter(Fusion& f, Expr* e) {
   if (!opInfo(e->op()).regroups_axes) return false;
   TensorView* out = e->out();
@@ -279,7 +280,7 @@ bool decomposeOne(Fusion& f, Expr* e) {
   int64_t tensor_inputs = 0;
   for (Val* v : e->inputs()) tensor_inputs += v->isTensor();
   if (tensor_inputs == 1 && reshardAfter(f, e)) return true;
-  if (tensor_inputs > 1 && reshardFreshAxesAfter(f, e)) return true;
+  if (reshardFreshAxesAfter(f, e)) return true;
   bool changed = reshardBefore(f, e);
   MF_CHECK(changed && !isResharding(e), "could not decompose resharding expr ", e->toString());
   return true;

@@ -49,7 +49,9 @@ std::string FusionExecutor::validate(const std::vector<RuntimeValue>& inputs, Ex
     if (!v->isTensor()) {
       if (rv.is_tensor) return mf::str("input ", i, " must be a scalar (", toString(v->dtype()), ") but got a tensor");
       // An integer scalar may be an extent (a slice bound, a reshape size): bound under its name.
-      if (isIntegral(v->dtype()) && rv.scalar.isIntegral(/*includeBool=*/false)) bindings[v->toString()] = rv.scalar.toLong();
+      if (isIntegral(v->dtype()) && rv.scalar.isIntegral(/*includeBool=*/false)) {
+        bindings[v->toString()] = rv.scalar.toLong();
+      }
       continue;
     }
     if (!rv.is_tensor) return mf::str("input ", i, " (", v->toString(), ") must be a tensor but got a scalar");

@@ -113,8 +113,8 @@ TensorView permute(const TensorView& x, const std::vector<int64_t>& dims);
 TensorView reshape(const TensorView& x, const std::vector<int64_t>& shape);
 // PyTorch semantics (static bounds and widths; Python's fd.ops also takes scalar bounds).
 // Returns {var, mean}.
-std::pair<TensorView, TensorView> varMean(const TensorView& x, const std::vector<int64_t>& dims, double correction = 1.0,
-                                          bool keepdim = false);
+std::pair<TensorView, TensorView> varMean(const TensorView& x, const std::vector<int64_t>& dims,
+                                          double correction = 1.0, bool keepdim = false);
 TensorView slice(const TensorView& x, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
                  const std::vector<int64_t>& strides = {});
 TensorView cat(const std::vector<TensorView>& xs, int64_t dim);

@@ -43,7 +43,8 @@ TEST(ParserTest, RoundTripsShapeOpsAndDerivedExtents) {
   TensorView* x = defineTensor(f, {-1, 8}, DataType::Float);
   TensorView* y = defineTensor(f, {-1, 8}, DataType::Float);
   Scalar* start = defineScalar(f, DataType::Int, std::nullopt);
-  TensorView* sliced = slice(x, {start, f.newScalar(DataType::Int, 0)}, {size(x, 0), f.newScalar(DataType::Int, 8)}, {1, 2});
+  TensorView* sliced =
+      slice(x, {start, f.newScalar(DataType::Int, 0)}, {size(x, 0), f.newScalar(DataType::Int, 8)}, {1, 2});
   TensorView* padded = pad(y, {0, 0, 0, 3}, f.newScalar(DataType::Double, 0.5));
   TensorView* joined = cat({x, padded}, 0);
   TensorView* heads = reshapeExtents(x, {size(x, 0), f.newScalar(DataType::Int, 2), f.newScalar(DataType::Int, -1)});

@@ -282,5 +282,36 @@ TEST(DecomposeReshardings, CatAlongTheShardedAxisGathersThenSlices) {
 )IR");
 }
 
+// A pad that shifts the sharded axis (widths [1, -1]: same extent) with a sharded result: gather,
+// pad unsharded, slice locally; the shards never pad on their own.
+TEST(DecomposeReshardings, PadOfTheShardedAxisGathersThenSlices) {
+  expectPass("decompose_reshardings", R"IR(Fusion {
+  input T0_float[i0{3}, i1{4}] mesh=[0 1]
+    OuterSplit(i1{4}, factor 2) -> iDIDx4{2}, i5{2}
+    loop: [i0{3}, iDIDx4{2}, i5{2}]
+  T1 = pad(T0, 0_double, pad_widths=[1, -1])
+    T1_float[i2{3}, i3{4}] mesh=[0 1]
+    OuterSplit(i3{4}, factor 2) -> iDIDx6{2}, i7{2}
+    loop: [i2{3}, iDIDx6{2}, i7{2}]
+  outputs: T1
+}
+)IR",
+             R"IR(Fusion {
+  input T0_float[i0{3}, i1{4}] mesh=[0 1]
+    OuterSplit(i1{4}, factor 2) -> iDIDx4{2}, i5{2}
+    loop: [i0{3}, iDIDx4{2}, i5{2}]
+  T5 = set(T0)
+    T5_float[i14{3}, i15{4}] mesh=[0 1]
+  T3 = pad(T5, 0_double, pad_widths=[1, -1])
+    T3_float[i10{3}, i11{4}] mesh=[0 1]
+  T1 = set(T3)
+    T1_float[i2{3}, i3{4}] mesh=[0 1]
+    OuterSplit(i3{4}, factor 2) -> iDIDx6{2}, i7{2}
+    loop: [i2{3}, iDIDx6{2}, i7{2}]
+  outputs: T1
+}
+)IR");
+}
+
 }  // namespace
 }  // namespace mf

@@ -240,3 +240,33 @@ def test_rotary_halves_with_heads_sharded_and_symbolic_sequence(multidevice_test
         assert comms == []
         ref = torch.cat([-full[..., dim // 2:], full[..., :dim // 2]], -1)
         torch.testing.assert_close(res.cpu(), mesh.shard_tensor(ref, 1, rank))
+
+
+def test_pad_along_a_symbolic_sharded_axis_gathers_first(multidevice_test):
+    d, rank, dev = multidevice_test.size, multidevice_test.rank, multidevice_test.device
+    mesh = DeviceMesh(range(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, 3])
+        out = fd.ops.pad(x, [0, 0, 1, 2], -1.0)  # axis 0, the sharded one: 1 before, 2 after
+        fd.add_output(out)
+        _shard(x, mesh, 0)
+    full = torch.randn(2 * d, 3)
+    (res,), comms = _plan(fd, [mesh.shard_tensor(full, 0, rank).to(dev)])
+    assert comms == _expect(d, _allgather(d, 2 * 3 * F32))
+    torch.testing.assert_close(res.cpu(), torch.nn.functional.pad(full, [0, 0, 1, 2], value=-1.0))
+
+
+def test_pad_that_shifts_the_sharded_axis_gathers_first(multidevice_test):
+    # Widths [1, -1] keep the extent but shift the data: not a pass-through axis.
+    d, rank, dev = multidevice_test.size, multidevice_test.rank, multidevice_test.device
+    mesh = DeviceMesh(range(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([3, 2 * d])
+        out = fd.ops.pad(x, [1, -1])
+        fd.add_output(out)
+        _shard(x, mesh, 1)
+        _shard(out, mesh, 1)
+    full = torch.randn(3, 2 * d)
+    (res,), comms = _plan(fd, [mesh.shard_tensor(full, 1, rank).to(dev)])
+    assert comms == _expect(d, _allgather(d, 3 * 2 * F32), ("LocalSlice", 0, 0))
+    torch.testing.assert_close(res.cpu(), mesh.shard_tensor(torch.nn.functional.pad(full, [1, -1]), 1, rank))
