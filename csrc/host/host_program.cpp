@@ -1,5 +1,6 @@
 #include "host/host_program.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "support/error.h"
@@ -73,6 +74,59 @@ std::string HostProgram::toString(const std::vector<std::string>& schedulers,
         ss << "\n";
         break;
       case HostInstruction::Kind::Wait: ss << "  wait " << inst.index << "\n"; break;
+      case HostInstruction::Kind::StreamLoop: {
+        const StreamLoop& loop = stream_loops_[inst.index];
+        const Communication& c = communications_[loop.communication];
+        bool ring = loop.kind == StreamLoopKind::RingAllgatherGemm || loop.kind == StreamLoopKind::RingGemmReduceScatter;
+        // A ring moves data between its steps: one transfer fewer than steps.
+        int64_t transfers = ring ? std::max<int64_t>(loop.chunks - 1, 1) : loop.chunks;
+        ss << "  stream loop " << inst.index << ": " << loop.toString() << " {\n";
+        ss << "    for " << (ring ? "step" : "chunk") << " i in 0.." << loop.chunks << " (one stream each, up to "
+           << std::min<int64_t>(loop.chunks, 3) << " streams; events order them):\n";
+        std::string seg = segments_[loop.segment].toString();
+        std::string comm = c.toString();
+        std::string per_chunk;
+        if (static_cast<size_t>(loop.communication) < bytes.size()) {
+          auto [sent, received] = bytes[loop.communication];
+          per_chunk = " bytes per " + std::string(ring ? "step" : "chunk") + ": sent=" + std::to_string(sent / transfers) +
+                      " received=" + std::to_string(received / transfers);
+          total_sent += sent;
+          total_received += received;
+        }
+        switch (loop.kind) {
+          case StreamLoopKind::GemmReduceScatter:
+          case StreamLoopKind::GemmAllreduce:
+            ss << "      run segment " << loop.segment << " on rows of chunk i: " << seg << "\n";
+            ss << "      post " << loop.communication << " on chunk i: " << comm << per_chunk << "\n";
+            ss << "      wait " << loop.communication << " (before chunk i+2 reuses its buffer)\n";
+            break;
+          case StreamLoopKind::AllgatherGemm:
+            ss << "      post " << loop.communication << " on chunk i+1: " << comm << per_chunk << "\n";
+            ss << "      wait " << loop.communication << " on chunk i\n";
+            ss << "      run segment " << loop.segment << " on rows of chunk i: " << seg << "\n";
+            break;
+          case StreamLoopKind::BroadcastGemm:
+            ss << "      post Broadcast of team member i+1's shard " << c.input->toString() << " on "
+               << mf::toString(c.pt) << per_chunk << "\n";
+            ss << "      wait for team member i's shard\n";
+            ss << "      run segment " << loop.segment << " on it: " << seg << "\n";
+            break;
+          case StreamLoopKind::RingAllgatherGemm:
+            ss << "      post send of the held shard of " << c.input->toString() << " to the next rank, recv from the "
+               << "previous on " << mf::toString(c.pt) << per_chunk << "\n";
+            ss << "      run segment " << loop.segment << " on the held shard (rows of block rank-i): " << seg << "\n";
+            ss << "      wait send/recv\n";
+            break;
+          case StreamLoopKind::RingGemmReduceScatter:
+            ss << "      run segment " << loop.segment << " on rows of block rank+i+1: " << seg << "\n";
+            ss << "      wait recv of the previous step's sum, add it\n";
+            ss << "      post send of the sum to the previous rank, recv from the next on " << mf::toString(c.pt)
+               << per_chunk << "\n";
+            break;
+        }
+        ss << "    writes " << loop.result->toString() << " chunk by chunk\n  }\n";
+        break;
+      }
       case HostInstruction::Kind::Deallocate: ss << "  deallocate " << inst.tv->toString() << "\n"; break;
     }
   }
