@@ -52,7 +52,8 @@ std::string Segment::toString() const {
 }
 
 std::string HostProgram::toString(const std::vector<std::string>& schedulers,
-                                  const std::vector<std::pair<int64_t, int64_t>>& bytes) const {
+                                  const std::vector<std::pair<int64_t, int64_t>>& bytes,
+                                  const std::vector<int64_t>& loop_chunks) const {
   int64_t total_sent = 0, total_received = 0;
   std::ostringstream ss;
   ss << "HostProgram (rank " << rank_ << ") {\n";
@@ -75,14 +76,16 @@ std::string HostProgram::toString(const std::vector<std::string>& schedulers,
         break;
       case HostInstruction::Kind::Wait: ss << "  wait " << inst.index << "\n"; break;
       case HostInstruction::Kind::StreamLoop: {
-        const StreamLoop& loop = stream_loops_[inst.index];
+        StreamLoop loop = stream_loops_[inst.index];
+        if (static_cast<size_t>(inst.index) < loop_chunks.size()) loop.chunks = loop_chunks[inst.index];
         const Communication& c = communications_[loop.communication];
         bool ring = loop.kind == StreamLoopKind::RingAllgatherGemm || loop.kind == StreamLoopKind::RingGemmReduceScatter;
         // A ring moves data between its steps: one transfer fewer than steps.
         int64_t transfers = ring ? std::max<int64_t>(loop.chunks - 1, 1) : loop.chunks;
         ss << "  stream loop " << inst.index << ": " << loop.toString() << " {\n";
-        ss << "    for " << (ring ? "step" : "chunk") << " i in 0.." << loop.chunks << " (one stream each, up to "
-           << std::min<int64_t>(loop.chunks, 3) << " streams; events order them):\n";
+        ss << "    for " << (ring ? "step" : "chunk") << " i in 0.." << loop.chunks;
+        if (ring) ss << " (on one stream; the communication library's stream overlaps it):\n";
+        else ss << " (one stream each, up to " << std::min<int64_t>(loop.chunks, 3) << " streams; events order them):\n";
         std::string seg = segments_[loop.segment].toString();
         std::string comm = c.toString();
         std::string per_chunk;

@@ -109,8 +109,11 @@ class HostProgram {
   // runtime's choice, shown beside the compiled program without being written into it.
   // `bytes`, when given, holds {sent, received} per communication (communication_bytes.h); each
   // communication then shows its bytes and the program its total.
+  // `loop_chunks`, when given, holds the chunk count each stream loop ran with (an adjustable one
+  // may run fewer than it was planned with).
   std::string toString(const std::vector<std::string>& schedulers = {},
-                       const std::vector<std::pair<int64_t, int64_t>>& bytes = {}) const;
+                       const std::vector<std::pair<int64_t, int64_t>>& bytes = {},
+                       const std::vector<int64_t>& loop_chunks = {}) const;
 
  private:
   std::unique_ptr<Fusion> fusion_;

@@ -38,8 +38,7 @@ const char* toString(StreamLoopKind k) {
 }
 
 std::string StreamLoop::toString() const {
-  std::string s = mf::str(mf::toString(kind), " over ", chunks, chunks_adjustable ? " (at most)" : "",
-                          " chunks of rows [", blocks, " blocks][", chunks, " chunks][rows/", blocks * chunks, "]");
+  std::string s = mf::str(mf::toString(kind), " over ", chunks, " chunks of rows [", blocks, " blocks][", chunks, " chunks][rows/", blocks * chunks, "]");
   if (scheduled) s += mf::str(" (stream axis of ", scheduled->toString(), " axis ", scheduled_axis, ")");
   else s += " (overlap option)";
   return s;

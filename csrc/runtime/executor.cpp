@@ -120,7 +120,11 @@ std::vector<std::pair<int64_t, int64_t>> FusionExecutor::communicationBytes() co
 }
 
 std::string FusionExecutor::hostProgramText() const {
-  return program_->toString(segmentSchedulers(), communicationBytes());
+  std::vector<int64_t> loop_chunks;
+  for (const StreamLoop& loop : program_->streamLoops()) {
+    loop_chunks.push_back(effectiveChunks(loop, globalRows(loop, last_bindings_)));
+  }
+  return program_->toString(segmentSchedulers(), communicationBytes(), loop_chunks);
 }
 
 std::string FusionExecutor::checkRunnable(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings) const {

@@ -321,6 +321,11 @@ def test_overlap_option_chunks_shrink_to_divide(multidevice_test):
     (out,), comms = _run(fd, inputs)
     torch.testing.assert_close(out.cpu(), expected, rtol=RTOL, atol=ATOL)
     assert [c[0] for c in comms] == (["Allgather"] * 3 + ["ReduceScatter"] * 3 if d > 1 else [])
+    if d > 1:
+        assert [h_.split(" of rows")[0] for h_ in _loop_header(fd)] == ["Allgather+GEMM over 3 chunks",
+                                                                       "GEMM+ReduceScatter over 3 chunks"]
+        per_chunk = (d - 1) * 1 * h * F32  # one row of x from each other device
+        assert f"bytes per chunk: sent={per_chunk} received={per_chunk}" in fd.host_program(), fd.host_program()
 
 
 def test_overlap_option_keys_the_cache(multidevice_test):
@@ -361,6 +366,9 @@ def test_dtensor_compile_overlap(multidevice_test):
         torch.testing.assert_close(out.full_tensor().cpu(), expected, rtol=RTOL, atol=ATOL)
         (fd,) = f.definitions()
         assert fd.overlap == mode
+        # Column then row parallel: the partial product is all-reduced; "ring" has no ring for it.
+        overlapped = d > 1 and mode in ("auto", "chunked")
+        assert ("GEMM+Allreduce over 4 chunks" in fd.host_program()) == overlapped, fd.host_program()
     with pytest.raises(meshfuser.Error, match="overlap"):
         meshfuser.dtensor.compile(mlp, overlap="sometimes")
 
