@@ -373,6 +373,56 @@ def test_dtensor_compile_overlap(multidevice_test):
         meshfuser.dtensor.compile(mlp, overlap="sometimes")
 
 
+
+@pytest.mark.parametrize("form", ["chunks", "ring"])
+def test_batched_sequence_axis(multidevice_test, form):
+    """[batch, sequence, hidden]: the loops cut the sequence (axis 1), so every chunk is strided."""
+    d, rank, dev = multidevice_test.size, multidevice_test.rank, multidevice_test.device
+    B, S, K, N = 2, 4 * d, 3 * d, 5
+    mesh = DeviceMesh(range(d))
+    with FusionDefinition() as fd:  # row parallel, output scattered on the sequence
+        x = fd.define_tensor([B, S, K])
+        w = fd.define_tensor([N, K])
+        b = fd.define_tensor([N])
+        out = fd.ops.linear(x, w, b)
+        fd.add_output(out)
+        for tv in (x, w, out):
+            _mesh_split(tv, mesh, -1, -2)
+        b.set_device_mesh(mesh)
+        out.outer_split(1, d)
+        out.axis(1).parallelize(ParallelType.mesh_x)
+        if form == "chunks":
+            out.outer_split(2, 2)
+            out.axis(2).parallelize(ParallelType.stream)
+        else:
+            x.outer_split(1, d)
+            x.axis(1).parallelize(ParallelType.stream)
+            x.swizzle1d(1, ParallelType.mesh_x)
+    ux, uw, ub = torch.randn(B, S, K), torch.randn(N, K), torch.randn(N)
+    (o,) = fd.execute([mesh.shard_tensor(ux, 2, rank).to(dev), mesh.shard_tensor(uw, 1, rank).to(dev), ub.to(dev)])
+    torch.testing.assert_close(o.cpu(), mesh.shard_tensor(F.linear(ux, uw, ub), 1, rank), rtol=RTOL, atol=ATOL)
+    assert len(_loop_header(fd)) == 1, fd.host_program()
+
+    with FusionDefinition() as fd:  # sequence-sharded input gathered into a column-parallel linear
+        x = fd.define_tensor([B, S, K])
+        w = fd.define_tensor([N * d, K])
+        xg = fd.ops.set(x)
+        fd.add_output(fd.ops.linear(xg, w))
+        _mesh_split(x, mesh, 1)
+        _mesh_split(w, mesh, 0)
+        xg.set_device_mesh(mesh)
+        xg.outer_split(1, d)
+        if form == "chunks":
+            xg.outer_split(2, 2)
+            xg.axis(2).parallelize(ParallelType.stream)
+        else:
+            xg.axis(1).parallelize(ParallelType.stream)
+            xg.swizzle1d(1, ParallelType.mesh_x)
+    ux, uw = torch.randn(B, S, K), torch.randn(N * d, K)
+    (o,) = fd.execute([mesh.shard_tensor(ux, 1, rank).to(dev), mesh.shard_tensor(uw, 0, rank).to(dev)])
+    torch.testing.assert_close(o.cpu(), mesh.shard_tensor(F.linear(ux, uw), 2, rank), rtol=RTOL, atol=ATOL)
+    assert len(_loop_header(fd)) == 1, fd.host_program()
+
 # -- errors -------------------------------------------------------------------------------------------
 
 def test_error_uneven_chunks(multidevice_test):
