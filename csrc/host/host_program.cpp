@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "support/error.h"
+#include "support/text.h"
 
 namespace mf {
 
@@ -79,20 +80,21 @@ std::string HostProgram::toString(const std::vector<std::string>& schedulers,
         StreamLoop loop = stream_loops_[inst.index];
         if (static_cast<size_t>(inst.index) < loop_chunks.size()) loop.chunks = loop_chunks[inst.index];
         const Communication& c = communications_[loop.communication];
-        bool ring = loop.kind == StreamLoopKind::RingAllgatherGemm || loop.kind == StreamLoopKind::RingGemmReduceScatter;
+        const bool ring = isRing(loop.kind);
         // A ring moves data between its steps: one transfer fewer than steps.
         int64_t transfers = ring ? std::max<int64_t>(loop.chunks - 1, 1) : loop.chunks;
         ss << "  stream loop " << inst.index << ": " << loop.toString() << " {\n";
         ss << "    for " << (ring ? "step" : "chunk") << " i in 0.." << loop.chunks;
         if (ring) ss << " (on one stream; the communication library's stream overlaps it):\n";
-        else ss << " (one stream each, up to " << std::min<int64_t>(loop.chunks, 3) << " streams; events order them):\n";
+        else
+          ss << " (one stream each, up to " << std::min<int64_t>(loop.chunks, 3) << " streams; events order them):\n";
         std::string seg = segments_[loop.segment].toString();
         std::string comm = c.toString();
         std::string per_chunk;
         if (static_cast<size_t>(loop.communication) < bytes.size()) {
           auto [sent, received] = bytes[loop.communication];
-          per_chunk = " bytes per " + std::string(ring ? "step" : "chunk") + ": sent=" + std::to_string(sent / transfers) +
-                      " received=" + std::to_string(received / transfers);
+          per_chunk = mf::str(" bytes per ", ring ? "step" : "chunk", ": sent=", sent / transfers,
+                              " received=", received / transfers);
           total_sent += sent;
           total_received += received;
         }

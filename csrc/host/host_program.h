@@ -64,6 +64,9 @@ enum class StreamLoopKind {
   RingGemmReduceScatter,  // step i: partial GEMM of a block plus the sum received, passed on
 };
 const char* toString(StreamLoopKind k);
+inline bool isRing(StreamLoopKind k) {
+  return k == StreamLoopKind::RingAllgatherGemm || k == StreamLoopKind::RingGemmReduceScatter;
+}
 
 struct StreamLoop {
   StreamLoopKind kind = StreamLoopKind::GemmReduceScatter;

@@ -38,7 +38,8 @@ const char* toString(StreamLoopKind k) {
 }
 
 std::string StreamLoop::toString() const {
-  std::string s = mf::str(mf::toString(kind), " over ", chunks, " chunks of rows [", blocks, " blocks][", chunks, " chunks][rows/", blocks * chunks, "]");
+  std::string s = mf::str(mf::toString(kind), " over ", chunks, " chunks of rows [", blocks, " blocks][", chunks,
+                          " chunks][rows/", blocks * chunks, "]");
   if (scheduled) s += mf::str(" (stream axis of ", scheduled->toString(), " axis ", scheduled_axis, ")");
   else s += " (overlap option)";
   return s;
@@ -197,8 +198,8 @@ std::string checkStreamLoopExtents(const HostProgram& hp, const std::unordered_m
     int64_t rows = globalRows(loop, extents);
     if (rows < 0 || loop.chunks_adjustable) continue;
     if (rows % (loop.blocks * loop.chunks) == 0) continue;
-    return mf::str(loop.scheduled->toString(), " axis ", loop.scheduled_axis, ": extent ", rows, " does not split into ",
-                   loop.blocks, " blocks of ", loop.chunks, " stream chunks (", loop.blocks * loop.chunks,
+    return mf::str(loop.scheduled->toString(), " axis ", loop.scheduled_axis, ": extent ", rows,
+                   " does not split into ", loop.blocks, " blocks of ", loop.chunks, " stream chunks (", loop.blocks * loop.chunks,
                    " equal parts); uneven stream chunks are not supported");
   }
   return "";
@@ -298,7 +299,8 @@ void planStreamLoops(HostProgram& hp) {
       int64_t axis = loop.result_row_axis;
       while (cur->uses().size() == 1 && isPointwise(cur->uses()[0]->op())) {
         Expr* next = cur->uses()[0];
-        axis = mapAxis(next, std::find(next->inputs().begin(), next->inputs().end(), cur) - next->inputs().begin(), axis);
+        auto input_index = std::find(next->inputs().begin(), next->inputs().end(), cur) - next->inputs().begin();
+        axis = mapAxis(next, static_cast<size_t>(input_index), axis);
         if (axis < 0) break;
         cur = next->out();
         cand.rows.emplace_back(cur, axis);
@@ -397,7 +399,7 @@ void planStreamLoops(HostProgram& hp) {
     }
     insts = rewritten;
     // Ring kinds talk to their neighbours through pair groups, made on every rank in one order.
-    if (loop.kind == StreamLoopKind::RingAllgatherGemm || loop.kind == StreamLoopKind::RingGemmReduceScatter) {
+    if (isRing(loop.kind)) {
       const TensorView* tv = c.input;
       for (auto& team : tv->mesh().allSlices(c.pt)) {
         int64_t n = static_cast<int64_t>(team.size());

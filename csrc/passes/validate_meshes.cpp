@@ -4,8 +4,8 @@
 //   tensor has one; every device-parallel loop axis has the extent of its mesh axis (verifier);
 //   no mesh holds a rank twice (DeviceMesh); a stream axis is the outer part of a split with a
 //   constant chunk count, at most one per tensor, and only stream axes are swizzled (whether the
-//   loop can be honoured is decided at lowering, host/stream_loops.cpp); the per-device axis an rfactor of a split reduction leaves is
-//   on a mesh axis. Errors name the tensor and the axis.
+//   loop can be honoured is decided at lowering, host/stream_loops.cpp); the per-device axis an
+//   rfactor of a split reduction leaves is on a mesh axis. Errors name the tensor and the axis.
 #include "multidevice/sharding.h"
 #include "passes/pass.h"
 #include "support/error.h"
@@ -37,7 +37,8 @@ class ValidateMeshesPass : public Pass {
         MF_USER_CHECK(id->swizzle() == ParallelType::Serial || id->parallelType() == ParallelType::Stream,
                       tv->toString(), " has axis ", id->toString(), " swizzled (swizzle1d) but not parallelized on ",
                       "ParallelType.stream; only a stream axis can visit its chunks in ring order");
-        MF_USER_CHECK(stream_axes <= 1, tv->toString(), " has ", stream_axes, " axes on ParallelType.stream; at most one");
+        MF_USER_CHECK(stream_axes <= 1, tv->toString(), " has ", stream_axes,
+                      " axes on ParallelType.stream; at most one");
         MF_USER_CHECK(!id->isDeviceDim() || tv->hasMesh(), tv->toString(), " has axis ", id->toString(),
                       " parallelized on a mesh axis but no device mesh; call set_device_mesh");
       }

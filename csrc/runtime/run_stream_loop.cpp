@@ -6,7 +6,8 @@
 //
 // On CUDA each chunk runs on one of a few streams from PyTorch's pool (a ring on one: its buffers
 // pass from step to step): every worker stream first waits for the current stream (the inputs are
-// ready), and the current stream waits for every worker at the end (events). On CPU the same program runs on the calling thread; Gloo's work
+// ready), and the current stream waits for every worker at the end (events). On CPU the same
+// program runs on the calling thread; Gloo's work
 // runs in its own threads, so the overlap is real there too.
 #include <ATen/record_function.h>
 #include <c10/core/Event.h>
@@ -76,6 +77,9 @@ at::Tensor blocksMerged(const at::Tensor& buf, int64_t axis) {
   shape.erase(shape.begin() + axis + 1);
   return moved.reshape(shape);
 }
+
+// The pair group a ring step talks on (stream_loops.cpp adds every ring pair to the teams).
+std::vector<int64_t> pairTeam(int64_t a, int64_t b) { return {std::min(a, b), std::max(a, b)}; }
 
 // A few worker streams from PyTorch's pool (CUDA only), ordered after the current stream on entry
 // and before it on exit. Chunk j runs on worker j % size. Degenerate (no streams) on CPU.
@@ -151,7 +155,7 @@ void FusionExecutor::runStreamLoop(int64_t index, std::unordered_map<const Val*,
   };
   ProfileRecorder* profile = ProfileRecorder::active();
   TransferBytes total = mf::communicationBytes(c, rank, bindings);
-  bool ring = loop.kind == StreamLoopKind::RingAllgatherGemm || loop.kind == StreamLoopKind::RingGemmReduceScatter;
+  const bool ring = isRing(loop.kind);
   const int64_t transfers = ring ? std::max<int64_t>(s - 1, 1) : s;
   auto record = [&](const std::string& what, int64_t j) {
     if (!profile) return;
@@ -303,8 +307,8 @@ void FusionExecutor::runStreamLoop(int64_t index, std::unordered_map<const Val*,
         at::Tensor incoming;
         if (i + 1 < s) {
           incoming = at::empty_like(held);
-          auto send = [&] { works.push_back(comm.send({std::min(rank, next), std::max(rank, next)}, held, next)); };
-          auto recv = [&] { works.push_back(comm.recv({std::min(rank, prev), std::max(rank, prev)}, incoming, prev)); };
+          auto send = [&] { works.push_back(comm.send(pairTeam(rank, next), held, next)); };
+          auto recv = [&] { works.push_back(comm.recv(pairTeam(rank, prev), incoming, prev)); };
           // Even members send first, odd ones receive first: matched order on a shared pair group.
           if (me % 2 == 0) send(), recv();
           else recv(), send();
@@ -336,8 +340,8 @@ void FusionExecutor::runStreamLoop(int64_t index, std::unordered_map<const Val*,
         if (i + 1 < s) {
           outgoing = part.contiguous();
           incoming = at::empty_like(outgoing);
-          auto send = [&] { send_works.push_back(comm.send({std::min(rank, prev), std::max(rank, prev)}, outgoing, prev)); };
-          auto recv = [&] { recv_works.push_back(comm.recv({std::min(rank, next), std::max(rank, next)}, incoming, next)); };
+          auto send = [&] { send_works.push_back(comm.send(pairTeam(rank, prev), outgoing, prev)); };
+          auto recv = [&] { recv_works.push_back(comm.recv(pairTeam(rank, next), incoming, next)); };
           if (me % 2 == 0) send(), recv();
           else recv(), send();
           record("SendRecv", i);
