@@ -423,6 +423,72 @@ def test_batched_sequence_axis(multidevice_test, form):
     torch.testing.assert_close(o.cpu(), mesh.shard_tensor(F.linear(ux, uw), 2, rank), rtol=RTOL, atol=ATOL)
     assert len(_loop_header(fd)) == 1, fd.host_program()
 
+
+def test_nvfuser_row_parallel_schedule(multidevice_test):
+    """nvFuser's row-parallel form: the input's rows split into stream chunks before its k axis is
+    split over the mesh; the output left to propagation (replicated: one Allreduce per chunk)."""
+    d, rank, dev = multidevice_test.size, multidevice_test.rank, multidevice_test.device
+    h, s, t = 2, 3, 6
+    if (4 * h) % d:
+        pytest.skip(f"4h = {4 * h} does not split over {d} devices")
+    mesh = DeviceMesh(range(d))
+    with FusionDefinition() as fd:
+        inp = fd.define_tensor([-1, 4 * h], dtype=meshfuser.DataType.BFloat16)
+        weight = fd.define_tensor([h, 4 * h], dtype=meshfuser.DataType.BFloat16)
+        fd.add_output(fd.ops.linear(inp, weight))
+        inp.set_device_mesh(mesh)
+        weight.set_device_mesh(mesh)
+        inp.outer_split(0, s)
+        inp.axis(0).parallelize(ParallelType.stream)
+        inp.outer_split(2, d)
+        inp.axis(2).parallelize(ParallelType.mesh_x)
+        weight.outer_split(1, d)
+        weight.axis(1).parallelize(ParallelType.mesh_x)
+    # Small integers: every order of summation gives the exact bf16 result.
+    inp_ref = torch.randint(-3, 4, (t, 4 * h)).to(torch.bfloat16)
+    weight_ref = torch.randint(-3, 4, (h, 4 * h)).to(torch.bfloat16)
+    ins = [meshfuser.shard_tensor(inp_ref, fd.fusion.input(0)).to(dev),
+           meshfuser.shard_tensor(weight_ref, fd.fusion.input(1)).to(dev)]
+    (out,), comms = _run(fd, ins)
+    torch.testing.assert_close(out.cpu(), F.linear(inp_ref, weight_ref), rtol=0, atol=0)
+    assert _loop_header(fd)[0].startswith(f"GEMM+Allreduce over {s} chunks"), fd.host_program()
+    assert [c[0] for c in comms] == (["Allreduce"] * s if d > 1 else [])
+
+
+@pytest.mark.parametrize("parallelism", ["collective_permute", "broadcast"])
+def test_nvfuser_column_parallel_schedule(multidevice_test, parallelism):
+    """nvFuser's column-parallel forms: the gathered input's rows split into one stream chunk per
+    device, swizzled into the ring (send/recv) or not (one Broadcast per device)."""
+    d, rank, dev = multidevice_test.size, multidevice_test.rank, multidevice_test.device
+    h, t = 2, 24
+    if (4 * h) % d or t % d:
+        pytest.skip(f"{4 * h} and {t} must split over {d} devices")
+    mesh = DeviceMesh(range(d))
+    with FusionDefinition() as fd:
+        inp = fd.define_tensor([-1, h], dtype=meshfuser.DataType.BFloat16)
+        weight = fd.define_tensor([4 * h, h], dtype=meshfuser.DataType.BFloat16)
+        ag_out = fd.ops.set(inp)
+        fd.add_output(fd.ops.linear(ag_out, weight))
+        for tv in (inp, weight):
+            tv.set_device_mesh(mesh)
+            tv.outer_split(0, d)
+            tv.axis(0).parallelize(ParallelType.mesh_x)
+        ag_out.set_device_mesh(mesh)
+        ag_out.outer_split(0, d)
+        if parallelism == "collective_permute":
+            ag_out.swizzle1d(0, ParallelType.mesh_x)
+        ag_out.axis(0).parallelize(ParallelType.stream)
+    inp_ref = torch.randint(-3, 4, (t, h)).to(torch.bfloat16)
+    weight_ref = torch.randint(-3, 4, (4 * h, h)).to(torch.bfloat16)
+    weight = meshfuser.shard_tensor(weight_ref, fd.fusion.input(1))
+    (out,), comms = _run(fd, [meshfuser.shard_tensor(inp_ref, fd.fusion.input(0)).to(dev), weight.to(dev)])
+    torch.testing.assert_close(out.cpu(), F.linear(inp_ref, weight), rtol=0, atol=0)
+    kinds = [c[0] for c in comms]
+    if parallelism == "collective_permute":
+        assert kinds == ["SendRecv"] * (d - 1)
+    else:
+        assert kinds == (["Broadcast"] * d if d > 1 else [])
+
 # -- errors -------------------------------------------------------------------------------------------
 
 def test_error_uneven_chunks(multidevice_test):
