@@ -85,9 +85,12 @@ std::string HostProgram::toString(const std::vector<std::string>& schedulers,
         int64_t transfers = ring ? std::max<int64_t>(loop.chunks - 1, 1) : loop.chunks;
         ss << "  stream loop " << inst.index << ": " << loop.toString() << " {\n";
         ss << "    for " << (ring ? "step" : "chunk") << " i in 0.." << loop.chunks;
-        if (ring) ss << " (on one stream; the communication library's stream overlaps it):\n";
-        else
-          ss << " (one stream each, up to " << std::min<int64_t>(loop.chunks, 3) << " streams; events order them):\n";
+        if (ring) {
+          ss << " (on one stream; the communication library's stream overlaps it):\n";
+        } else {
+          ss << " (one stream each, up to " << std::min<int64_t>(loop.chunks, 3)
+             << " worker streams; events order them):\n";
+        }
         std::string seg = segments_[loop.segment].toString();
         std::string comm = c.toString();
         std::string per_chunk;

@@ -73,6 +73,9 @@ struct StreamLoop {
   int64_t chunks = 1;           // trip count (ring and broadcast kinds: the team size)
   bool chunks_adjustable = false;  // chosen by the overlap option: fewer chunks when rows do not divide
   int64_t blocks = 1;           // team blocks outside the chunks ([blocks][chunks][rows])
+  // The loop cuts an axis the communication does not touch (a batch axis): every chunk runs the
+  // whole communication on its slice (blocks 1).
+  bool independent = false;
   int64_t segment = -1;         // the contraction's segment
   int64_t communication = -1;   // the communication it overlaps (type, team, layout, bytes)
   Expr* contraction = nullptr;

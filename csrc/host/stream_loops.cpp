@@ -15,6 +15,7 @@
 // the mesh (`swizzle1d`) with one chunk per team member is the ring.
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "host/host_program.h"
 #include "ir/domain_map.h"
@@ -104,12 +105,19 @@ struct Request {
   bool used = false;
 };
 
-// A contraction + communication pair a loop may replace, with each tensor's row axis.
+// One non-contracted axis of the contraction's first operand, followed through the pair: the
+// runtime axis it is in each tensor (partial with its device axis dropped).
+struct Line {
+  int64_t x_axis = -1, part_axis = -1, result_axis = -1;
+  std::vector<std::pair<TensorView*, int64_t>> rows;  // (tensor, runtime axis)
+};
+
+// A contraction + communication pair a loop may replace, with the axes a loop may cut.
 struct Candidate {
   StreamLoop loop;
   bool reduce = false;  // the communication reduces the contraction's partials
   int64_t team = 1;
-  std::vector<std::pair<TensorView*, int64_t>> rows;  // (tensor, runtime row axis) of the pair
+  std::vector<Line> lines;  // the communication's own axis first
 };
 
 std::string factorsText(const std::vector<Factor>& fs) {
@@ -138,10 +146,13 @@ void applySchedule(Candidate& cand, const Request& req) {
   auto fs = rowFactors(req.tv, req.axis);
   std::string where = mf::str("ParallelType.stream on ", req.tv->toString(), " axis ", req.axis, " (loop factors ",
                               factorsText(fs), ")");
-  auto stream_at = std::find_if(fs.begin(), fs.end(), [](const Factor& f) { return f.pt == ParallelType::Stream; });
-  MF_USER_CHECK(!fs.empty() && stream_at != fs.end(), where,
+  auto is_stream = [](const Factor& f) { return f.pt == ParallelType::Stream; };
+  MF_USER_CHECK(std::find_if(fs.begin(), fs.end(), is_stream) != fs.end(), where,
                 ": the stream axis must come from outer splits of that axis (split the inner part again, never the "
                 "outer one, and do not merge it)");
+  // A stream on the whole axis: each index is a chunk of one row.
+  if (is_stream(fs.back())) fs.push_back(Factor{1, ParallelType::Serial, ParallelType::Serial});
+  auto stream_at = std::find_if(fs.begin(), fs.end(), is_stream);
   size_t k = static_cast<size_t>(stream_at - fs.begin());
   MF_USER_CHECK(k + 1 < fs.size() && k <= 1, where,
                 ": expected [chunks] or [blocks][chunks] outside the rows of each chunk (at most one split before ",
@@ -155,6 +166,12 @@ void applySchedule(Candidate& cand, const Request& req) {
   loop.scheduled_axis = req.axis;
   bool ring = stream_at->swizzle != ParallelType::Serial;
   const int64_t n = cand.team;
+  if (loop.independent) {
+    MF_USER_CHECK(!ring && k == 0, where, ": this axis is not the one the ", mf::toString(loop.kind),
+                  " gathers or scatters, so each chunk runs the whole communication on its slice: cut it into ",
+                  "stream chunks directly (outer_split(axis, chunks)), without swizzle1d or a split before it");
+    return;
+  }
   if (ring) {
     MF_USER_CHECK(k == 0 && chunks == n, where, ": a ring (swizzle1d) visits one chunk per team member: split the ",
                   "rows straight into ", n, " stream chunks (the team size), with no split before it");
@@ -199,7 +216,8 @@ std::string checkStreamLoopExtents(const HostProgram& hp, const std::unordered_m
     if (rows < 0 || loop.chunks_adjustable) continue;
     if (rows % (loop.blocks * loop.chunks) == 0) continue;
     return mf::str(loop.scheduled->toString(), " axis ", loop.scheduled_axis, ": extent ", rows,
-                   " does not split into ", loop.blocks, " blocks of ", loop.chunks, " stream chunks (", loop.blocks * loop.chunks,
+                   " does not split into ", loop.blocks, " blocks of ", loop.chunks, " stream chunks (",
+                   loop.blocks * loop.chunks,
                    " equal parts); uneven stream chunks are not supported");
   }
   return "";
@@ -281,59 +299,92 @@ void planStreamLoops(HostProgram& hp) {
     auto* x = static_cast<TensorView*>(gemm->input(0));
     int64_t x_rank = static_cast<int64_t>(x->logicalNoReductions().size());
     if (loop.segment < 0 || loop.x_row_axis < 0 || loop.x_row_axis + 1 >= x_rank) continue;
-    loop.part_row_axis = mapAxis(gemm, 0, loop.x_row_axis);
-    if (loop.part_row_axis < 0) continue;
-    if (reduce) {
-      // The partials' device axis is dropped before the communication: count rows without it.
-      loop.result_row_axis = mapAxis(comm_expr, 0, loop.part_row_axis);
-      if (c.reduced_axis >= 0 && c.reduced_axis < loop.part_row_axis) --loop.part_row_axis;
-    } else {
-      loop.result_row_axis = loop.part_row_axis;
-    }
-    if (loop.result_row_axis < 0) continue;
-    cand.rows = {{x, loop.x_row_axis}, {gemm->out(), mapAxis(gemm, 0, loop.x_row_axis)}};
-    if (reduce) {
-      cand.rows.emplace_back(c.output, loop.result_row_axis);
-      // What the result feeds elementwise (a bias added after the reduction) carries the rows too.
-      TensorView* cur = c.output;
-      int64_t axis = loop.result_row_axis;
-      while (cur->uses().size() == 1 && isPointwise(cur->uses()[0]->op())) {
-        Expr* next = cur->uses()[0];
-        auto input_index = std::find(next->inputs().begin(), next->inputs().end(), cur) - next->inputs().begin();
-        axis = mapAxis(next, static_cast<size_t>(input_index), axis);
-        if (axis < 0) break;
-        cur = next->out();
-        cand.rows.emplace_back(cur, axis);
+    // A line: one non-contracted axis of x followed through the pair (and a bias added after it).
+    auto line_for = [&](int64_t x_axis) -> std::optional<Line> {
+      Line line;
+      line.x_axis = x_axis;
+      int64_t part = mapAxis(gemm, 0, x_axis);
+      if (part < 0) return std::nullopt;
+      line.rows = {{x, x_axis}, {gemm->out(), part}};
+      if (reduce) {
+        // The partials' device axis is dropped before the communication: count rows without it.
+        line.result_axis = mapAxis(comm_expr, 0, part);
+        line.part_axis = c.reduced_axis >= 0 && c.reduced_axis < part ? part - 1 : part;
+        if (line.result_axis < 0) return std::nullopt;
+        line.rows.emplace_back(c.output, line.result_axis);
+        TensorView* cur = c.output;
+        int64_t axis = line.result_axis;
+        while (cur->uses().size() == 1 && isPointwise(cur->uses()[0]->op())) {
+          Expr* next = cur->uses()[0];
+          auto input_index = std::find(next->inputs().begin(), next->inputs().end(), cur) - next->inputs().begin();
+          axis = mapAxis(next, static_cast<size_t>(input_index), axis);
+          if (axis < 0) break;
+          cur = next->out();
+          line.rows.emplace_back(cur, axis);
+        }
+      } else {
+        line.part_axis = line.result_axis = part;
+        // A set keeps the axes: the shard's axis is the gathered tensor's.
+        line.rows.emplace_back(c.input, x_axis);
       }
-    } else {
-      cand.rows.emplace_back(c.input, shardedAxis(c.input, c.pt));
+      return line;
+    };
+    auto comm_line = line_for(loop.x_row_axis);
+    if (!comm_line) continue;
+    cand.lines.push_back(*comm_line);
+    for (int64_t a = 0; a + 1 < x_rank; ++a) {
+      if (a == loop.x_row_axis) continue;
+      if (auto other = line_for(a)) cand.lines.push_back(*other);
     }
     candidates.push_back(cand);
   }
 
   std::vector<StreamLoop> chosen;
   for (Candidate& cand : candidates) {
+    Request* match = nullptr;
+    const Line* matched_line = nullptr;
+    const Line& comm_line = cand.lines.front();
     // The partial product last: propagation may have copied the user's schedule onto it, and
     // messages should name what the user scheduled.
-    std::stable_partition(cand.rows.begin(), cand.rows.end(),
+    auto ordered = comm_line.rows;
+    std::stable_partition(ordered.begin(), ordered.end(),
                           [&](const auto& row) { return row.first != cand.loop.contraction->out(); });
-    Request* match = nullptr;
-    for (auto [tv, axis] : cand.rows) {
+    for (auto [tv, comm_axis] : ordered) {
       for (Request& r : requests) {
         if (r.tv != tv) continue;
-        MF_USER_CHECK(r.axis == axis, "ParallelType.stream on ", tv->toString(), " axis ", r.axis,
+        const Line* line = nullptr;
+        for (const Line& l : cand.lines) {
+          for (auto [ltv, laxis] : l.rows) {
+            if (ltv == tv && laxis == r.axis) line = &l;
+          }
+        }
+        MF_USER_CHECK(line != nullptr, "ParallelType.stream on ", tv->toString(), " axis ", r.axis,
                       " cannot be streamed: the overlapped loop of ", cand.loop.contraction->toString(),
-                      " runs over its rows, which are axis ", axis, " of this tensor");
+                      " runs over its rows, which are axis ", comm_axis,
+                      " of this tensor (or another axis the GEMM keeps, not a contracted or output-feature one)");
+        MF_USER_CHECK(matched_line == nullptr || matched_line == line, "ParallelType.stream on ", tv->toString(),
+                      " axis ", r.axis, " and on ", match->tv->toString(), " axis ", match->axis,
+                      " cut different axes of the same loop; schedule one of them");
         // Propagation may have copied the schedule to the pair's other tensors: they must agree.
-        MF_USER_CHECK(match == nullptr || sameChunks(rowFactors(match->tv, match->axis), rowFactors(tv, axis)),
-                      "ParallelType.stream on ", tv->toString(), " axis ", axis, " and on ", match->tv->toString(),
+        MF_USER_CHECK(match == nullptr || sameChunks(rowFactors(match->tv, match->axis), rowFactors(tv, r.axis)),
+                      "ParallelType.stream on ", tv->toString(), " axis ", r.axis, " and on ", match->tv->toString(),
                       " axis ", match->axis, " cut the rows of the same loop differently (",
-                      factorsText(rowFactors(tv, axis)), " vs ", factorsText(rowFactors(match->tv, match->axis)),
+                      factorsText(rowFactors(tv, r.axis)), " vs ", factorsText(rowFactors(match->tv, match->axis)),
                       "); schedule one of them");
         r.used = true;
         // Name the tensor the user scheduled, not the partial product propagation copied it to.
         if (match == nullptr || match->tv == cand.loop.contraction->out()) match = &r;
+        matched_line = line;
       }
+    }
+    if (matched_line != nullptr) {
+      cand.loop.x_row_axis = matched_line->x_axis;
+      cand.loop.part_row_axis = matched_line->part_axis;
+      cand.loop.result_row_axis = matched_line->result_axis;
+      cand.loop.independent = matched_line != &comm_line && cand.loop.kind != StreamLoopKind::GemmAllreduce;
+    } else {
+      cand.loop.part_row_axis = comm_line.part_axis;
+      cand.loop.result_row_axis = comm_line.result_axis;
     }
     if (match != nullptr) {
       applySchedule(cand, *match);

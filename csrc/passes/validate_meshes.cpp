@@ -2,8 +2,8 @@
 // Requires: a Fusion as the user defined and scheduled it.
 // Guarantees: either no tensor has a device mesh (single-device program), or every fusion input
 //   tensor has one; every device-parallel loop axis has the extent of its mesh axis (verifier);
-//   no mesh holds a rank twice (DeviceMesh); a stream axis is the outer part of a split with a
-//   constant chunk count, at most one per tensor, and only stream axes are swizzled (whether the
+//   no mesh holds a rank twice (DeviceMesh); a stream axis is a whole constant axis or the outer
+//   part of a split with a constant chunk count, at most one per tensor, and only stream axes are swizzled (whether the
 //   loop can be honoured is decided at lowering, host/stream_loops.cpp); the per-device axis an
 //   rfactor of a split reduction leaves is on a mesh axis. Errors name the tensor and the axis.
 #include "multidevice/sharding.h"
@@ -25,13 +25,14 @@ class ValidateMeshesPass : public Pass {
       int64_t stream_axes = 0;
       for (IterDomain* id : tv->loop()) {
         if (id->parallelType() == ParallelType::Stream) {
-          // The chunk count is the trip count of a host loop: a constant, the outer part of a split.
+          // The chunk count is the trip count of a host loop: a constant, a whole axis or the outer
+          // part of a split.
           IdTransform* t = id->definition();
-          MF_USER_CHECK(t != nullptr && t->kind() == IdTransform::Kind::Split && t->outputs()[0] == id &&
-                            id->extent().isConst(),
-                        tv->toString(), " has axis ", id->toString(), " parallelized on ParallelType.stream, but a ",
-                        "stream axis must be the outer part of a split with a constant chunk count (outer_split(axis, ",
-                        "chunks))");
+          bool outer_part = t != nullptr && t->kind() == IdTransform::Kind::Split && t->outputs()[0] == id;
+          MF_USER_CHECK((t == nullptr || outer_part) && id->extent().isConst(), tv->toString(), " has axis ",
+                        id->toString(), " parallelized on ParallelType.stream, but a stream axis must be a whole ",
+                        "axis of constant extent or the outer part of a split with a constant chunk count ",
+                        "(outer_split(axis, chunks))");
           ++stream_axes;
         }
         MF_USER_CHECK(id->swizzle() == ParallelType::Serial || id->parallelType() == ParallelType::Stream,

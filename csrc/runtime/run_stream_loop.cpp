@@ -203,13 +203,15 @@ void FusionExecutor::runStreamLoop(int64_t index, std::unordered_map<const Val*,
         }
       };
       const at::Tensor& x = operands[0].tensor;
-      const int64_t blocks = scatter ? n : loop.blocks;
+      // A chunk of a scatter's own axis takes its rows from every member's block.
+      const int64_t blocks = scatter && !loop.independent ? n : loop.blocks;
+      const int64_t scatter_axis = c.layout.send_blocks_axis >= 0 ? c.layout.send_blocks_axis : loop.part_row_axis;
       for (int64_t j = 0; j < s; ++j) {
         auto guard = streams.on(j);
         at::Tensor part = gemm_on(chunkRows(x, loop.x_row_axis, blocks, s, j));
         InFlight f{j, {}, {}, {}};
         if (scatter) {
-          f.send = blocksFirst(part, loop.part_row_axis, n);
+          f.send = blocksFirst(part, scatter_axis, n);
           int64_t c_rows = result.size(loop.result_row_axis) / s;
           at::Tensor dst = result.narrow(loop.result_row_axis, j * c_rows, c_rows);
           // Straight into the result when its chunk is contiguous, else through a buffer.
@@ -236,7 +238,9 @@ void FusionExecutor::runStreamLoop(int64_t index, std::unordered_map<const Val*,
     }
     case StreamLoopKind::AllgatherGemm: {
       const at::Tensor shard = values.at(c.input);
-      const int64_t shard_axis = c.layout.recv_merge_axis >= 0 ? c.layout.recv_merge_axis : loop.x_row_axis;
+      // A set keeps the axes: the shard's chunked axis is the gathered tensor's.
+      const int64_t shard_axis = loop.x_row_axis;
+      const int64_t merge_axis = c.layout.recv_merge_axis >= 0 ? c.layout.recv_merge_axis : loop.x_row_axis;
       const int64_t c_rows = shard.size(shard_axis) / s;
       struct InFlight {
         at::Tensor send, buf;
@@ -265,8 +269,8 @@ void FusionExecutor::runStreamLoop(int64_t index, std::unordered_map<const Val*,
         InFlight f = std::move(flight.front());
         flight.pop_front();
         wait_all(f.works);
-        at::Tensor gathered = blocksMerged(f.buf, loop.x_row_axis);
-        writeChunkRows(result, loop.result_row_axis, n, s, j, gemm_on(gathered));
+        at::Tensor gathered = blocksMerged(f.buf, merge_axis);
+        writeChunkRows(result, loop.result_row_axis, loop.independent ? 1 : n, s, j, gemm_on(gathered));
       }
       break;
     }

@@ -65,7 +65,7 @@ TEST(ValidateMeshes, RefusesAStreamAxisThatIsNotTheOuterPartOfASplit) {
   outputs: T1
 }
 )IR",
-                  "a stream axis must be the outer part of a split with a constant chunk count");
+                  "a stream axis must be a whole axis of constant extent or the outer part of a split");
 }
 
 TEST(ValidateMeshes, RefusesASwizzleOffAStreamAxis) {

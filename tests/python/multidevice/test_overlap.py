@@ -489,6 +489,78 @@ def test_nvfuser_column_parallel_schedule(multidevice_test, parallelism):
     else:
         assert kinds == (["Broadcast"] * d if d > 1 else [])
 
+
+@pytest.mark.parametrize("s", [1, 2])
+def test_nvfuser_allgather_stream_outermost(multidevice_test, s):
+    """nvFuser's stream-outermost form: x [s, d, m/(s d), k] sharded on axis 1 (a logical split),
+    the output's whole axis 0 on stream: each chunk gathers its own [d, m/(s d), k] slice."""
+    d, rank, dev = multidevice_test.size, multidevice_test.rank, multidevice_test.device
+    m, k, n = 4 * s * d, 6, 5
+    mesh = DeviceMesh(range(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([s, d, m // (s * d), k])
+        w = fd.define_tensor([n, k])
+        b = fd.define_tensor([n])
+        out = fd.ops.linear(x, w, b)
+        fd.add_output(out)
+        for tv in (x, w, b, out):
+            tv.set_device_mesh(mesh)
+        x.axis(1).parallelize(ParallelType.mesh_x)
+        out.axis(0).parallelize(ParallelType.stream)
+    ux, uw, ub = torch.randn(s, d, m // (s * d), k), torch.randn(n, k), torch.randn(n)
+    (o,), comms = _run(fd, [ux[:, rank:rank + 1].to(dev), uw.to(dev), ub.to(dev)])
+    torch.testing.assert_close(o.cpu(), F.linear(ux, uw, ub), rtol=RTOL, atol=ATOL)
+    assert _loop_header(fd)[0].startswith(f"Allgather+GEMM over {s} chunks of rows [1 blocks]"), fd.host_program()
+    per_chunk = (d - 1) * (m // (s * d)) * k * F32
+    assert comms == ([("Allgather", per_chunk, per_chunk)] * s if d > 1 else [])
+
+
+def test_nvfuser_allgather_shard_outermost(multidevice_test):
+    """nvFuser's shard-outermost form: x [d, m/d, k] sharded on axis 0, the output's axis 0 on
+    stream: chunk j is member j's shard (one Broadcast each)."""
+    d, rank, dev = multidevice_test.size, multidevice_test.rank, multidevice_test.device
+    m, k, n = 3 * d, 4, 5
+    mesh = DeviceMesh(range(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([d, m // d, k])
+        w = fd.define_tensor([n, k])
+        b = fd.define_tensor([n])
+        out = fd.ops.linear(x, w, b)
+        fd.add_output(out)
+        for tv in (x, w, b, out):
+            tv.set_device_mesh(mesh)
+        x.axis(0).parallelize(ParallelType.mesh_x)
+        out.axis(0).parallelize(ParallelType.stream)
+    ux, uw, ub = torch.randn(d, m // d, k), torch.randn(n, k), torch.randn(n)
+    (o,), comms = _run(fd, [ux[rank:rank + 1].to(dev), uw.to(dev), ub.to(dev)])
+    torch.testing.assert_close(o.cpu(), F.linear(ux, uw, ub), rtol=RTOL, atol=ATOL)
+    assert [c[0] for c in comms] == (["Broadcast"] * d if d > 1 else [])
+
+
+def test_gemm_reduce_scatter_chunks_of_the_batch(multidevice_test):
+    """A stream on an axis the ReduceScatter does not scatter (the batch): each chunk reduce-scatters
+    its whole slice."""
+    d, rank, dev = multidevice_test.size, multidevice_test.rank, multidevice_test.device
+    B, S, K, N = 4, 2 * d, 3 * d, 5
+    mesh = DeviceMesh(range(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([B, S, K])
+        w = fd.define_tensor([N, K])
+        out = fd.ops.linear(x, w)
+        fd.add_output(out)
+        for tv in (x, w, out):
+            _mesh_split(tv, mesh, -1, -2)
+        out.outer_split(1, d)
+        out.axis(1).parallelize(ParallelType.mesh_x)
+        out.outer_split(0, 2)
+        out.axis(0).parallelize(ParallelType.stream)
+    ux, uw = torch.randn(B, S, K), torch.randn(N, K)
+    (o,), comms = _run(fd, [mesh.shard_tensor(ux, 2, rank).to(dev), mesh.shard_tensor(uw, 1, rank).to(dev)])
+    torch.testing.assert_close(o.cpu(), mesh.shard_tensor(F.linear(ux, uw), 1, rank), rtol=RTOL, atol=ATOL)
+    assert _loop_header(fd)[0].startswith("GEMM+ReduceScatter over 2 chunks of rows [1 blocks]"), fd.host_program()
+    per_chunk = (d - 1) * (B // 2) * S * N * F32 // d
+    assert comms == ([("ReduceScatter", per_chunk, per_chunk)] * 2 if d > 1 else [])
+
 # -- errors -------------------------------------------------------------------------------------------
 
 def test_error_uneven_chunks(multidevice_test):
