@@ -72,6 +72,11 @@ TensorView& TensorView::parallelize(int64_t axis, ParallelType type) {
   return *this;
 }
 
+TensorView& TensorView::swizzle1d(int64_t axis, ParallelType type) {
+  tv_->swizzle1d(axis, toInternal(type));
+  return *this;
+}
+
 TensorView& TensorView::setAllocationAsLoop() {
   tv_->setAllocationAsLoop();
   tv_->fusion()->bump();
@@ -97,6 +102,7 @@ void Fusion::addOutput(const TensorView& tv) {
 }
 
 std::string Fusion::toString() const { return mf::printFusion(*impl_); }
+void Fusion::setOverlap(const std::string& mode) { impl_->setOverlap(mode); }
 
 // Ops ----------------------------------------------------------------------------------------------
 struct OpAccess {

@@ -104,6 +104,7 @@ void bindIr(py::module& m) {
              tv.reorder(v);
            })
       .def("parallelize", &TensorView::parallelize)
+      .def("swizzle1d", &TensorView::swizzle1d, py::arg("axis"), py::arg("parallel_type"))
       .def("set_device_mesh", &TensorView::setDeviceMesh)
       .def("has_device_mesh", &TensorView::hasMesh)
       .def_property_readonly("device_mesh", &TensorView::mesh)
@@ -129,6 +130,8 @@ void bindIr(py::module& m) {
       .def("input_is_tensor", [](const Fusion& f, size_t i) { return f.inputs().at(i)->isTensor(); })
       .def("input", [](const Fusion& f, size_t i) { return f.inputs().at(i); }, py::return_value_policy::reference_internal)
       .def("output", [](const Fusion& f, size_t i) { return f.outputs().at(i); }, py::return_value_policy::reference_internal)
+      .def("set_overlap", &Fusion::setOverlap)
+      .def("overlap", &Fusion::overlap)
       .def("version", &Fusion::version)
       .def("fingerprint", [](const Fusion& f) { return fingerprint(f); })
       .def("verify", [](const Fusion& f) { verifyFusion(f); })

@@ -233,6 +233,7 @@ std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, 
   }
   insts = with_frees;
   planCommunicationLayouts(*hp);
+  planStreamLoops(*hp);
   return hp;
 }
 

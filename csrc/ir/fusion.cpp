@@ -43,9 +43,17 @@ void Fusion::reserveSymbol(const std::string& symbol) {
   next_symbol_ = std::max<int64_t>(next_symbol_, std::stoll(symbol.substr(1, digits - 1)) + 1);
 }
 
+void Fusion::setOverlap(const std::string& mode) {
+  MF_USER_ARG_CHECK(mode.empty() || mode == "auto" || mode == "ring" || mode == "chunked", "overlap: expected None, ",
+                    "\"auto\", \"ring\" or \"chunked\"; got \"", mode, "\"");
+  bump();
+  overlap_ = mode;
+}
+
 IterDomain* Fusion::cloneIterDomain(const IterDomain* id) {
   IterDomain* c = newIterDomain(id->extent(), id->iterType());
   c->parallelize(id->parallelType());
+  c->setSwizzle(id->swizzle());
   return c;
 }
 
@@ -175,6 +183,7 @@ std::vector<TensorView*> Fusion::allTensors() const {
 std::unique_ptr<Fusion> Fusion::clone(std::unordered_map<const Val*, Val*>* out_map) const {
   auto f = std::make_unique<Fusion>();
   f->next_symbol_ = next_symbol_;
+  f->overlap_ = overlap_;
   f->next_id_name_ = next_id_name_;
   f->symbol_parent_ = symbol_parent_;
   std::unordered_map<const IterDomain*, IterDomain*> id_map;
@@ -184,6 +193,7 @@ std::unique_ptr<Fusion> Fusion::clone(std::unordered_map<const Val*, Val*>* out_
     IterDomain* c = f->ids_.back().get();
     c->parallelize(id->parallelType());
     c->setRFactorProduct(id->isRFactorProduct());
+    c->setSwizzle(id->swizzle());
     id_map[id.get()] = c;
   }
   auto map_ids = [&](const std::vector<IterDomain*>& ids) {

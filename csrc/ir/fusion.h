@@ -43,6 +43,12 @@ class Fusion {
   int64_t version() const { return version_; }
   void bump() { ++version_; }
 
+  // Overlap applied to the linears of the program without a stream schedule written by the user:
+  // "" (none), "auto", "ring" or "chunked" (host/stream_loops.cpp). Part of the printed program,
+  // so it keys the executor caches like the schedule does.
+  const std::string& overlap() const { return overlap_; }
+  void setOverlap(const std::string& mode);
+
   // Rewires: `e` no longer defines its outputs or uses its inputs.
   void unlink(Expr* e);
   // Makes `consumer_expr` read `replacement` where it read `original`.
@@ -72,6 +78,7 @@ class Fusion {
   std::vector<Val*> outputs_;
   std::unordered_map<std::string, std::string> symbol_parent_;
   int64_t version_ = 0;
+  std::string overlap_;
   int64_t next_symbol_ = 0;
   int64_t next_id_name_ = 0;
   int64_t next_tensor_name_ = 0;

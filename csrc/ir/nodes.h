@@ -43,6 +43,10 @@ class IterDomain {
   bool isDeviceDim() const { return isDeviceParallel(ptype_); }
   IdTransform* definition() const { return definition_; }
   bool isRFactorProduct() const { return rfactor_product_; }
+  // A stream axis swizzled on a mesh axis visits its chunks in ring order: rank r starts with the
+  // chunk it holds and then takes its neighbour's (tv.swizzle1d). Serial: not swizzled.
+  ParallelType swizzle() const { return swizzle_; }
+  void setSwizzle(ParallelType pt) { swizzle_ = pt; }
 
   void parallelize(ParallelType pt) { ptype_ = pt; }
   void setIterType(IterType t) { type_ = t; }
@@ -58,6 +62,7 @@ class IterDomain {
   ParallelType ptype_ = ParallelType::Serial;
   IdTransform* definition_ = nullptr;
   bool rfactor_product_ = false;
+  ParallelType swizzle_ = ParallelType::Serial;
 };
 
 class IdTransform {
@@ -152,6 +157,8 @@ class TensorView : public Val {
   void reorder(const std::vector<std::pair<int64_t, int64_t>>& old_to_new);
   IterDomain* axis(int64_t i) const;
   void parallelize(int64_t axis, ParallelType pt);
+  // Makes loop axis `axis` (a stream axis) visit its chunks in ring order along mesh axis `pt`.
+  void swizzle1d(int64_t axis, ParallelType pt);
   void setDeviceMesh(const DeviceMesh& mesh);
   void setAllocationAsLoop();
   // Splits this reduction into partial = op(inputs) reducing `axes` and this = sum(partial) over the

@@ -41,6 +41,9 @@ class Parser {
       if (startsWith(line, "symbols:")) {
         next();
         parseSymbols(line.substr(8));
+      } else if (startsWith(line, "overlap:")) {
+        next();
+        fusion_->setOverlap(trimmed(line.substr(8)));
       } else if (startsWith(line, "input ")) {
         next();
         parseInput(line.substr(6));
@@ -158,7 +161,16 @@ class Parser {
     fail(brace != std::string::npos && close != std::string::npos && brace > pos, "malformed axis '", t, "'");
     int64_t name = std::stoll(t.substr(pos, brace - pos));
     std::string extent_text = t.substr(brace + 1, close - brace - 1);
-    bool rf = t.compare(close + 1, std::string::npos, "rf") == 0;
+    std::string suffix = t.substr(close + 1);
+    bool rf = startsWith(suffix, "rf");
+    ParallelType swizzle = ParallelType::Serial;
+    size_t tilde = suffix.find('~');
+    if (tilde != std::string::npos) {
+      for (ParallelType cand : {ParallelType::DIDx, ParallelType::DIDy, ParallelType::DIDz}) {
+        if (suffix.substr(tilde + 1) == toString(cand)) swizzle = cand;
+      }
+      fail(swizzle != ParallelType::Serial, "malformed swizzle in axis '", t, "'");
+    }
     auto it = ids_.find(name);
     if (it != ids_.end()) {
       IterDomain* id = it->second;
@@ -179,6 +191,7 @@ class Parser {
     IterDomain* id = fusion_->newIterDomainNamed(name, extent, type);
     id->parallelize(pt);
     id->setRFactorProduct(rf);
+    id->setSwizzle(swizzle);
     ids_[name] = id;
     return id;
   }

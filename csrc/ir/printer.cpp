@@ -100,6 +100,7 @@ std::string printFusion(const Fusion& f) {
     for (const auto& [a, b] : sorted) ss << " " << a << "=" << b;
     ss << "\n";
   }
+  if (!f.overlap().empty()) ss << "  overlap: " << f.overlap() << "\n";
   for (Val* in : f.inputs()) {
     ss << "  input ";
     if (in->isTensor()) ss << printTensor(static_cast<TensorView*>(in));

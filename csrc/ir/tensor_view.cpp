@@ -17,6 +17,7 @@ std::string IterDomain::toString() const {
   if (ptype_ != ParallelType::Serial) ss << mf::toString(ptype_);
   ss << name_ << "{" << extent_.toString() << "}";
   if (rfactor_product_) ss << "rf";
+  if (swizzle_ != ParallelType::Serial) ss << "~" << mf::toString(swizzle_);
   return ss.str();
 }
 
@@ -160,6 +161,14 @@ void TensorView::parallelize(int64_t axis_in, ParallelType pt) {
   fusion()->bump();
   int64_t a = normalizeAxis(axis_in, nDims(), "parallelize");
   loop_[a]->parallelize(pt);
+}
+
+void TensorView::swizzle1d(int64_t axis_in, ParallelType pt) {
+  fusion()->bump();
+  int64_t a = normalizeAxis(axis_in, nDims(), "swizzle1d");
+  MF_USER_ARG_CHECK(isDeviceParallel(pt), "swizzle1d: ", toString(), " axis ", axis_in,
+                    ": the ring runs along a mesh axis (ParallelType.mesh_x/y/z); got ", mf::toString(pt));
+  loop_[a]->setSwizzle(pt);
 }
 
 void TensorView::setAllocationAsLoop() {

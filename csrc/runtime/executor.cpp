@@ -125,7 +125,11 @@ std::vector<std::pair<int64_t, int64_t>> FusionExecutor::communicationBytes() co
 }
 
 std::string FusionExecutor::hostProgramText() const {
-  return program_->toString(segmentSchedulers(), communicationBytes());
+  std::vector<int64_t> loop_chunks;
+  for (const StreamLoop& loop : program_->streamLoops()) {
+    loop_chunks.push_back(effectiveChunks(loop, globalRows(loop, last_bindings_)));
+  }
+  return program_->toString(segmentSchedulers(), communicationBytes(), loop_chunks);
 }
 
 std::string FusionExecutor::checkRunnable(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings) const {
@@ -138,6 +142,8 @@ std::string FusionExecutor::checkRunnable(const std::vector<RuntimeValue>& input
                      " tensor; execute runs on CPU or CUDA tensors (meta tensors only work with cuda_kernels)");
     }
   }
+  std::string stream_error = checkStreamLoopExtents(*program_, bindings);
+  if (!stream_error.empty()) return stream_error;
   // Uneven shards are refused everywhere, not only at inputs: a replicated tensor sharded later (a
   // LocalSlice) or an output whose extent is bound at run time must split evenly too.
   for (const TensorView* tv : sharded_tensors_) {
@@ -216,8 +222,9 @@ void injectFault(const char* where, int64_t rank) {
   MF_THROW_USER("execute: fault injected on rank ", rank, " ", where, " (MESHFUSER_INJECT_FAULT)");
 }
 
-// A c10d operation failed after the ranks agreed (a peer died, failed, or timed out): the groups
-// may hold unmatched operations from now on.
+}  // namespace
+
+// The groups may hold unmatched operations from now on.
 UserError collectiveFailure(Communicator& comm, const Communication& c, int64_t rank, const std::exception& e) {
   std::string cause = e.what();
   if (auto* ce = dynamic_cast<const c10::Error*>(&e)) cause = ce->what_without_backtrace();
@@ -226,7 +233,6 @@ UserError collectiveFailure(Communicator& comm, const Communication& c, int64_t 
   return UserError(mf::str("execute: ", reason, ": another rank of its team failed, died, or did not reach this ",
                            "communication within the timeout (MESHFUSER_PG_TIMEOUT_S)"));
 }
-}  // namespace
 
 std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings,
                                                   CallAgreement* pending) {
@@ -297,6 +303,21 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
         break;
       }
       case HostInstruction::Kind::Deallocate: values.erase(inst.tv); break;
+      case HostInstruction::Kind::StreamLoop: {
+        if (pending) pending->finish();  // nothing is posted before the ranks agreed
+        RECORD_FUNCTION("meshfuser::stream_loop", std::vector<c10::IValue>());
+        const Communication& c = program_->communications()[program_->streamLoops()[inst.index].communication];
+        try {
+          runStreamLoop(inst.index, values, scalars, bindings);
+        } catch (const UserError&) {
+          throw;
+        } catch (const InternalError&) {
+          throw;
+        } catch (const std::exception& e) {
+          throw collectiveFailure(*comm_, c, program_->rank(), e);
+        }
+        break;
+      }
     }
   }
   if (pending) pending->finish();
@@ -320,9 +341,8 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
   return outputs;
 }
 
-namespace {
-RuntimeValue scalarValue(const Val* v, const std::unordered_map<const Val*, c10::Scalar>& scalars,
-                         const ExtentBindings& bindings) {
+RuntimeValue scalarRuntimeValue(const Val* v, const std::unordered_map<const Val*, c10::Scalar>& scalars,
+                                const ExtentBindings& bindings) {
   auto* s = static_cast<const Scalar*>(v);
   RuntimeValue rv;
   rv.is_tensor = false;
@@ -340,7 +360,6 @@ RuntimeValue scalarValue(const Val* v, const std::unordered_map<const Val*, c10:
   }
   return rv;
 }
-}  // namespace
 
 FusionExecutor::SegmentKernel& FusionExecutor::segmentKernel(int64_t index,
                                                              const std::unordered_map<const Val*, at::Tensor>& values) {
@@ -383,7 +402,7 @@ bool FusionExecutor::tryRunKernel(int64_t index, std::unordered_map<const Val*, 
   size_t arg = 0;
   for (const Val* v : sk.segment.inputs) {
     if (!v->isTensor()) {
-      scalar_args.push_back(scalarValue(v, scalars, bindings).scalar.toDouble());
+      scalar_args.push_back(scalarRuntimeValue(v, scalars, bindings).scalar.toDouble());
       continue;
     }
     const at::Tensor& t = values.at(v);
@@ -412,7 +431,7 @@ void FusionExecutor::runSegment(int64_t index, std::unordered_map<const Val*, at
     ins.reserve(e->inputs().size());
     for (const Val* v : e->inputs()) {
       if (!v->isTensor()) {
-        ins.push_back(scalarValue(v, scalars, bindings));
+        ins.push_back(scalarRuntimeValue(v, scalars, bindings));
         continue;
       }
       auto it = values.find(v);
@@ -448,6 +467,10 @@ std::vector<std::string> FusionExecutor::generatedKernels(const std::vector<Runt
       const Communication& c = program_->communications()[inst.index];
       auto shape = localShape(c.output, globalShape(c.output, bindings));
       values[c.output] = at::empty(shape, at::TensorOptions().dtype(toAten(c.output->dtype())).device(at::kMeta));
+    } else if (inst.kind == HostInstruction::Kind::StreamLoop) {
+      const TensorView* result = program_->streamLoops()[inst.index].result;
+      auto shape = localShape(result, globalShape(result, bindings));
+      values[result] = at::empty(shape, at::TensorOptions().dtype(toAten(result->dtype())).device(at::kMeta));
     }
   }
   return sources;

@@ -60,6 +60,8 @@ class TensorView {
   TensorView& innerSplit(int64_t axis, int64_t factor) { return split(axis, factor, true); }
   TensorView& merge(int64_t axis);  // merges axis and axis + 1
   TensorView& parallelize(int64_t axis, ParallelType type);
+  // A Stream axis visits its chunks in ring order along mesh axis `type` (send/recv overlap).
+  TensorView& swizzle1d(int64_t axis, ParallelType type);
   TensorView& setAllocationAsLoop();
   int64_t ndim() const;  // of the loop domain
   std::string toString() const;  // e.g. "T2_float[i{s0}, iDIDx{2}, ...]"
@@ -85,6 +87,9 @@ class Fusion {
   TensorView defineTensor(const std::vector<int64_t>& shape, DataType dtype = DataType::Float);
   void addOutput(const TensorView& tv);
   std::string toString() const;  // the IR with meshes and parallel types
+  // Overlap of each linear's communication with its GEMM without a Stream schedule: "" (none),
+  // "auto", "ring" or "chunked" (README "Overlap").
+  void setOverlap(const std::string& mode);
 
   // Internal: the definition (used by Executor).
   const std::shared_ptr<mf::Fusion>& impl() const { return impl_; }

@@ -210,6 +210,9 @@ class _Sched:
     def set_allocation_as_loop(self, tv):
         tv.set_allocation_as_loop()
 
+    def swizzle1d(self, tv, axis, pt):
+        tv.swizzle1d(axis, pt)
+
     def rfactor(self, tv, axes):
         return tv.rfactor(list(axes))
 
@@ -233,12 +236,25 @@ class FusionDefinition:
     Class style: subclass, define `definition()` (and optionally `multidevice_schedule()`), then
     `outputs, shardings = Model().execute(inputs)`."""
 
-    def __init__(self):
+    def __init__(self, overlap=None):
         self._fusion = _C.Fusion()
         self._handle = _C.FusionHandle(self._fusion)
         self.ops = _Ops(self)
         self.sched = _Sched()
         self._defined = False
+        self.overlap = overlap
+
+    @property
+    def overlap(self):
+        """Overlap applied to the program's linears without a stream schedule: None, "auto",
+        "ring" or "chunked" (see README "Overlap"). Part of the program: it keys the caches."""
+        return self._fusion.overlap() or None
+
+    @overlap.setter
+    def overlap(self, mode):
+        if mode is not None and not isinstance(mode, str):
+            raise _C.ArgumentError(f'overlap: expected None, "auto", "ring" or "chunked"; got {mode!r}')
+        self._fusion.set_overlap(mode or "")
 
     # -- definition ---------------------------------------------------------------------------
     def __enter__(self):

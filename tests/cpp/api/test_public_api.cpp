@@ -77,6 +77,37 @@ TEST(PublicApiTest, TransformerOpsAgainstATen) {
   EXPECT_TRUE(at::allclose(outputs.at(0), expected, 1e-5, 1e-5)) << outputs.at(0) << expected;
   EXPECT_EQ(outputs.at(0).stride(0), 1);  // stride_order {0, 1}: axis 0 innermost
   EXPECT_EQ(countStartingWith(exec.communications(), "Allreduce"), d > 1 ? 2 : 0) << exec.hostProgram();
+
+// The same layer with each device's output rows in 2 stream chunks (each chunk's ReduceScatter
+// overlapping the next chunk's GEMM), and with the overlap option (the ring) instead.
+TEST(PublicApiTest, SeedLinearReduceScatterOverlapped) {
+  auto& comm = communicator();
+  const int64_t d = comm.size(), rank = comm.rank(), e = 8, b = 2, s = 4 * d;
+  auto mesh = meshfuser::DeviceMesh::range(d);
+  at::manual_seed(0);
+  at::Tensor full_inp = at::randn({b, s, d * e});
+  at::Tensor full_w = at::randn({e, d * e});
+  at::Tensor expected = at::linear(full_inp, full_w).chunk(d, 1)[rank];
+  for (bool ring : {false, true}) {
+    meshfuser::Fusion f;
+    auto inp = f.defineTensor({-1, -1, d * e});
+    auto w = f.defineTensor({e, d * e});
+    auto out = meshfuser::ops::linear(inp, w);
+    f.addOutput(out);
+    for (auto* tv : {&inp, &w, &out}) tv->setDeviceMesh(mesh).outerSplit(-1, d).parallelize(-2, ParallelType::MeshX);
+    out.outerSplit(1, d).parallelize(1, ParallelType::MeshX);
+    if (ring) f.setOverlap("ring");
+    else out.outerSplit(2, 2).parallelize(2, ParallelType::Stream);
+    meshfuser::Executor exec(f, comm);
+    auto outputs = exec.execute({full_inp.chunk(d, -1)[rank].contiguous(), full_w.chunk(d, -1)[rank].contiguous()});
+    EXPECT_TRUE(at::allclose(outputs[0], expected, 1e-4, 1e-3)) << (outputs[0] - expected).abs().max();
+    // The program still has its one ReduceScatter; the loop runs it chunk by chunk (or as a ring).
+    EXPECT_EQ(countStartingWith(exec.communications(), "ReduceScatter"), d > 1 ? 1 : 0) << exec.hostProgram();
+    std::string loop = ring ? "stream loop 0: ring GEMM+ReduceScatter over " + std::to_string(d) + " chunks"
+                            : "stream loop 0: GEMM+ReduceScatter over 2 chunks";
+    bool looped = !ring || d > 1;  // one device: nothing for the option to overlap
+    EXPECT_EQ(exec.hostProgram().find(loop) != std::string::npos, looped) << exec.hostProgram();
+  }
 }
 
 TEST(PublicApiTest, ReduceScatterLoopSplit) {
