@@ -1,7 +1,9 @@
-"""Tensor-parallel linear layers on N GPUs (torchrun), meshfuser against PyTorch eager in the same
-process: row-parallel linear + ReduceScatter (seed 001) and AllGather + column-parallel linear, bf16;
-plus meshfuser's collectives against torch.distributed's for 16-512 MiB. Prints ratios
-(meshfuser / eager: below 1 is faster) and peak memory, and writes JSON."""
+"""Tensor-parallel linear layers on N GPUs (torchrun; 1 GPU works too), meshfuser against PyTorch
+eager in the same process: row-parallel linear + ReduceScatter (seed 001) and AllGather +
+column-parallel linear, bf16, each plain and overlapped (ParallelType.stream: 2 and 4 chunks, and
+the ring); plus meshfuser's collectives against torch.distributed's for 16-512 MiB. Prints ratios
+(meshfuser / eager: below 1 is faster; meshfuser / max(GEMM, collective) measured in the same run:
+1.0 is perfect overlap) and peak memory, and writes JSON."""
 import os
 
 import torch
@@ -13,7 +15,8 @@ from meshfuser import DataType, DeviceMesh, FusionDefinition, ParallelType
 from common import print_table, time_ms, write_json
 
 
-def row_parallel_rs(d, T, h, ffn):
+def row_parallel_rs(d, T, h, ffn, variant="plain"):
+    """variant: "plain", "chunks=<s>" (each device's output rows in s stream chunks) or "ring"."""
     mesh = DeviceMesh(range(d))
     with FusionDefinition() as fd:
         x = fd.define_tensor([T, ffn], dtype=DataType.BFloat16)
@@ -26,15 +29,24 @@ def row_parallel_rs(d, T, h, ffn):
         tv.axis(-2).parallelize(ParallelType.mesh_x)
     out.outer_split(0, d)
     out.axis(0).parallelize(ParallelType.mesh_x)
+    if variant.startswith("chunks="):
+        out.outer_split(1, int(variant[7:]))
+        out.axis(1).parallelize(ParallelType.stream)
+    elif variant == "ring":
+        x.outer_split(0, d)
+        x.axis(0).parallelize(ParallelType.stream)
+        x.swizzle1d(0, ParallelType.mesh_x)
     return fd
 
 
-def column_parallel_ag(d, T, h, ffn):
+def column_parallel_ag(d, T, h, ffn, variant="plain"):
+    """variant: "plain", "chunks=<s>" (each device's rows gathered in s stream chunks) or "ring"."""
     mesh = DeviceMesh(range(d))
     with FusionDefinition() as fd:
         x = fd.define_tensor([T, h], dtype=DataType.BFloat16)
         w = fd.define_tensor([ffn, h], dtype=DataType.BFloat16)
-        out = fd.ops.linear(x, w)
+        xg = fd.ops.set(x) if variant != "plain" else x
+        out = fd.ops.linear(xg, w)
         fd.add_output(out)
     for tv in (x, w, out):
         tv.set_device_mesh(mesh)
@@ -44,7 +56,19 @@ def column_parallel_ag(d, T, h, ffn):
     w.axis(0).parallelize(ParallelType.mesh_x)
     out.outer_split(1, d)
     out.axis(1).parallelize(ParallelType.mesh_x)
+    if variant != "plain":
+        xg.set_device_mesh(mesh)
+        xg.outer_split(0, d)
+        if variant == "ring":
+            xg.axis(0).parallelize(ParallelType.stream)
+            xg.swizzle1d(0, ParallelType.mesh_x)
+        else:
+            xg.outer_split(1, int(variant[7:]))
+            xg.axis(1).parallelize(ParallelType.stream)
     return fd
+
+
+VARIANTS = ["plain", "chunks=2", "chunks=4", "ring"]
 
 
 def peak_mib(fn):
@@ -69,7 +93,6 @@ def main():
         # Row-parallel: x [T, ffn/d], w [h, ffn/d] -> partial [T, h] -> reduce-scatter on T.
         x = torch.randn(T, ffn // d, dtype=torch.bfloat16, device=dev) * 0.05
         w = torch.randn(h, ffn // d, dtype=torch.bfloat16, device=dev) * 0.05
-        fd = row_parallel_rs(d, T, h, ffn)
         rs_out = torch.empty(T // d, h, dtype=torch.bfloat16, device=dev)
 
         def eager_rs():  # allocates its output per call, as a layer does
@@ -77,24 +100,28 @@ def main():
             dist.reduce_scatter_tensor(out, F.linear(x, w))
             return out
 
-        def mf_rs():
-            return fd.execute([x, w])[0]
-
-        torch.testing.assert_close(mf_rs(), eager_rs(), rtol=2e-2, atol=2e-2)
         gemm = time_ms(lambda: F.linear(x, w))
         partial = F.linear(x, w)
         rs_only = time_ms(lambda: dist.reduce_scatter_tensor(rs_out, partial))
         del partial
-        e, m = time_ms(eager_rs), time_ms(mf_rs)
-        rows.append({"layer": "row-parallel linear + RS", "T": T, "h": h, "gemm_ms": gemm, "collective_ms": rs_only,
-                     "eager_ms": e, "meshfuser_ms": m, "ratio": m / e,
-                     "eager_peak_MiB": peak_mib(eager_rs), "meshfuser_peak_MiB": peak_mib(mf_rs)})
+        e = time_ms(eager_rs)
+        for variant in VARIANTS:
+            fd = row_parallel_rs(d, T, h, ffn, variant)
+
+            def mf_rs():
+                return fd.execute([x, w])[0]
+
+            torch.testing.assert_close(mf_rs(), eager_rs(), rtol=2e-2, atol=2e-2)
+            m = time_ms(mf_rs)
+            rows.append({"layer": "row-parallel linear + RS", "variant": variant, "T": T, "h": h, "gemm_ms": gemm,
+                         "collective_ms": rs_only, "eager_ms": e, "meshfuser_ms": m, "ratio": m / e,
+                         "vs_max": m / max(gemm, rs_only), "eager_peak_MiB": peak_mib(eager_rs),
+                         "meshfuser_peak_MiB": peak_mib(mf_rs)})
         del x, w, rs_out
         torch.cuda.empty_cache()
         # Column-parallel: x [T/d, h] all-gathered on T, w [ffn/d, h] -> out [T, ffn/d].
         x = torch.randn(T // d, h, dtype=torch.bfloat16, device=dev) * 0.05
         w = torch.randn(ffn // d, h, dtype=torch.bfloat16, device=dev) * 0.05
-        fd = column_parallel_ag(d, T, h, ffn)
         full = torch.empty(T, h, dtype=torch.bfloat16, device=dev)
 
         def eager_ag():  # allocates the gathered input per call, as a layer does
@@ -102,16 +129,21 @@ def main():
             dist.all_gather_into_tensor(gathered, x)
             return F.linear(gathered, w)
 
-        def mf_ag():
-            return fd.execute([x, w])[0]
-
-        torch.testing.assert_close(mf_ag(), eager_ag(), rtol=2e-2, atol=2e-2)
         gemm = time_ms(lambda: F.linear(full, w))
         ag_only = time_ms(lambda: dist.all_gather_into_tensor(full, x))
-        e, m = time_ms(eager_ag), time_ms(mf_ag)
-        rows.append({"layer": "AG + column-parallel linear", "T": T, "h": h, "gemm_ms": gemm, "collective_ms": ag_only,
-                     "eager_ms": e, "meshfuser_ms": m, "ratio": m / e,
-                     "eager_peak_MiB": peak_mib(eager_ag), "meshfuser_peak_MiB": peak_mib(mf_ag)})
+        e = time_ms(eager_ag)
+        for variant in VARIANTS:
+            fd = column_parallel_ag(d, T, h, ffn, variant)
+
+            def mf_ag():
+                return fd.execute([x, w])[0]
+
+            torch.testing.assert_close(mf_ag(), eager_ag(), rtol=2e-2, atol=2e-2)
+            m = time_ms(mf_ag)
+            rows.append({"layer": "AG + column-parallel linear", "variant": variant, "T": T, "h": h,
+                         "gemm_ms": gemm, "collective_ms": ag_only, "eager_ms": e, "meshfuser_ms": m,
+                         "ratio": m / e, "vs_max": m / max(gemm, ag_only), "eager_peak_MiB": peak_mib(eager_ag),
+                         "meshfuser_peak_MiB": peak_mib(mf_ag)})
         del x, w, full
         torch.cuda.empty_cache()
     team = list(range(d))
@@ -133,8 +165,8 @@ def main():
     if rank == 0:
         name = torch.cuda.get_device_name(dev)
         print_table(f"tensor-parallel linear, bf16, {d} x {name}", rows,
-                    ["layer", "T", "h", "gemm_ms", "collective_ms", "eager_ms", "meshfuser_ms", "ratio",
-                     "eager_peak_MiB", "meshfuser_peak_MiB"])
+                    ["layer", "variant", "T", "h", "gemm_ms", "collective_ms", "eager_ms", "meshfuser_ms", "ratio",
+                     "vs_max", "eager_peak_MiB", "meshfuser_peak_MiB"])
         print_table(f"collectives, bf16, {d} x {name}", coll_rows, ["collective", "MiB", "eager_ms", "meshfuser_ms", "ratio"])
         write_json(f"tp_linear_{d}gpu.json", {"device": name, "ranks": d, "layers": rows, "collectives": coll_rows})
     dist.barrier()

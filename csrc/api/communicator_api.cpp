@@ -36,7 +36,8 @@ Communicator::Communicator(c10::intrusive_ptr<c10d::ProcessGroup> world, Options
                       options.control_group->getSize(), ") must span the same ranks as the world group (rank ",
                       world->getRank(), " of ", world->getSize(), ")");
   }
-  impl_->initFromGroups(std::move(world), std::move(options.control_group), local_rank, local_size);
+  impl_->initFromGroups(std::move(world), std::move(options.control_group), local_rank, local_size,
+                        options.control_over_store);
 }
 
 Communicator Communicator::fromEnvironment(c10::DeviceType device, std::chrono::milliseconds timeout) {
@@ -46,7 +47,9 @@ Communicator Communicator::fromEnvironment(c10::DeviceType device, std::chrono::
   Options options;
   options.local_rank = g.local_rank;
   options.local_size = g.local_size;
-  return Communicator(g.world, options);
+  Communicator comm(g.world, options);
+  comm.impl_->setOwnsGroups(true);
+  return comm;
 }
 
 int64_t Communicator::rank() const { return impl_->rank(); }

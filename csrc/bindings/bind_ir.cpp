@@ -8,10 +8,44 @@
 #include "ir/verifier.h"
 #include "multidevice/sharding.h"
 #include "passes/pass.h"
+#include "support/error.h"
 
 namespace py = pybind11;
 
 namespace mf {
+namespace {
+
+// An attention option as the user may give it: None, a Python number or bool, or a constant scalar
+// (fd.define_scalar(value)). A fusion-input scalar has no value yet: refused, by name.
+std::optional<double> constantOption(const py::object& v, const char* op, const char* name) {
+  if (v.is_none()) return std::nullopt;
+  if (py::isinstance<Scalar>(v)) {
+    const Scalar* s = v.cast<const Scalar*>();
+    MF_USER_ARG_CHECK(s->value().has_value(), op, ": ", name, " must be known when the fusion is defined (a number ",
+                      "or fd.define_scalar(value)); got the fusion input ", s->toString());
+    return s->value();
+  }
+  MF_USER_ARG_CHECK(py::isinstance<py::float_>(v) || py::isinstance<py::int_>(v), op, ": ", name,
+                    " must be None, a number or a constant scalar; got ", py::type::handle_of(v).attr("__name__").cast<std::string>());
+  return v.cast<double>();
+}
+
+AttentionOptions attentionOptions(const char* op, const py::object& dropout_p, const py::object& is_causal,
+                                  const py::object& scale) {
+  AttentionOptions o;
+  o.dropout_p = constantOption(dropout_p, op, "dropout_p");
+  if (auto c = constantOption(is_causal, op, "is_causal")) o.is_causal = *c != 0.0;
+  o.scale = constantOption(scale, op, "scale");
+  return o;
+}
+
+py::tuple tupleOf(const std::vector<TensorView*>& tvs) {
+  py::tuple t(tvs.size());
+  for (size_t i = 0; i < tvs.size(); ++i) t[i] = py::cast(tvs[i], py::return_value_policy::reference);
+  return t;
+}
+
+}  // namespace
 
 void bindIr(py::module& m) {
   py::enum_<DataType>(m, "DataType")
@@ -47,7 +81,9 @@ void bindIr(py::module& m) {
       .def("__repr__", [](const DeviceMesh& d) { return "DeviceMesh(" + d.toString() + ")"; });
 
   py::class_<Val>(m, "Val").def("__repr__", &Val::toString).def_property_readonly("dtype", &Val::dtype);
-  py::class_<Scalar, Val>(m, "Scalar");
+  py::class_<Scalar, Val>(m, "Scalar")
+      .def_property_readonly("is_extent", &Scalar::isExtent)
+      .def_property_readonly("extent", &Scalar::extent);
   py::class_<TensorView, Val>(m, "TensorView")
       .def_property_readonly("ndim", &TensorView::nDims)
       .def_property_readonly("name", &TensorView::name)
@@ -68,6 +104,7 @@ void bindIr(py::module& m) {
              tv.reorder(v);
            })
       .def("parallelize", &TensorView::parallelize)
+      .def("swizzle1d", &TensorView::swizzle1d, py::arg("axis"), py::arg("parallel_type"))
       .def("set_device_mesh", &TensorView::setDeviceMesh)
       .def("has_device_mesh", &TensorView::hasMesh)
       .def_property_readonly("device_mesh", &TensorView::mesh)
@@ -93,6 +130,8 @@ void bindIr(py::module& m) {
       .def("input_is_tensor", [](const Fusion& f, size_t i) { return f.inputs().at(i)->isTensor(); })
       .def("input", [](const Fusion& f, size_t i) { return f.inputs().at(i); }, py::return_value_policy::reference_internal)
       .def("output", [](const Fusion& f, size_t i) { return f.outputs().at(i); }, py::return_value_policy::reference_internal)
+      .def("set_overlap", &Fusion::setOverlap)
+      .def("overlap", &Fusion::overlap)
       .def("version", &Fusion::version)
       .def("fingerprint", [](const Fusion& f) { return fingerprint(f); })
       .def("verify", [](const Fusion& f) { verifyFusion(f); })
@@ -110,19 +149,52 @@ void bindIr(py::module& m) {
   ops.def("unary", &unaryOp, rv);
   ops.def("cast", &castOp, rv);
   ops.def("binary", &binaryOp, rv);
+  ops.def("extent_arithmetic", &extentArithmetic, rv);
   ops.def("where", &whereOp, rv);
   ops.def("reduction", &reductionOp, py::arg("op"), py::arg("x"), py::arg("dims"), py::arg("dtype") = py::none(), rv);
   ops.def("broadcast_in_dim", &broadcastInDim, rv);
   ops.def("squeeze", &squeeze, rv);
   ops.def("permute", &permute, rv);
   ops.def("reshape", &reshape, rv);
+  ops.def("reshape_vals", &reshapeExtents, rv);
+  ops.def("size", &size, rv);
+  ops.def("shape", &shape, rv);
+  ops.def("slice", &slice, py::arg("x"), py::arg("starts"), py::arg("ends"),
+          py::arg("strides") = std::vector<int64_t>{}, rv);
+  ops.def("pad", &pad, py::arg("x"), py::arg("pad_widths"), py::arg("value") = nullptr, rv);
+  ops.def("cat", &cat, rv);
+  ops.def("stride_order", &strideOrder, rv);
+  ops.def(
+      "var_mean",
+      [](TensorView* x, const std::vector<int64_t>& dims, double correction, bool keepdim) {
+        auto [var, mean] = varMean(x, dims, correction, keepdim);
+        return py::make_tuple(py::cast(var, py::return_value_policy::reference),
+                              py::cast(mean, py::return_value_policy::reference));
+      },
+      py::arg("x"), py::arg("dims"), py::arg("correction") = 1.0, py::arg("keepdim") = false);
   ops.def("matmul", &matmul, rv);
   ops.def("linear", &linear, py::arg("x"), py::arg("w"), py::arg("bias") = nullptr, rv);
+  ops.def(
+      "sdpfa_fwd",
+      [](TensorView* q, TensorView* k, TensorView* v, py::object dropout_p, py::object is_causal, py::object scale) {
+        return tupleOf(sdpfaFwd(q, k, v, attentionOptions("sdpfa_fwd", dropout_p, is_causal, scale)));
+      },
+      py::arg("q"), py::arg("k"), py::arg("v"), py::arg("dropout_p") = py::none(), py::arg("is_causal") = py::none(),
+      py::arg("scale") = py::none());
+  ops.def(
+      "sdpfa_bwd",
+      [](TensorView* grad_attn, TensorView* q, TensorView* k, TensorView* v, TensorView* attn, TensorView* logsumexp,
+         py::object dropout_p, py::object is_causal, TensorView* seed, TensorView* offset, py::object scale) {
+        return tupleOf(sdpfaBwd(grad_attn, q, k, v, attn, logsumexp, seed, offset,
+                                attentionOptions("sdpfa_bwd", dropout_p, is_causal, scale)));
+      },
+      py::arg("grad_attn"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("attn"), py::arg("logsumexp"),
+      py::arg("dropout_p"), py::arg("is_causal"), py::arg("seed"), py::arg("offset"), py::arg("scale") = py::none());
   py::enum_<OpType> op_type(m, "OpType");
   for (const OpInfo& info : allOps()) op_type.value(info.name, info.op);
   // The registry as Python sees it: fd.ops builds its plain unary and binary functions from it.
   ops.def("table", [] {
-    static const char* kKinds[] = {"unary", "binary", "ternary", "layout", "reduction", "contraction"};
+    static const char* kKinds[] = {"unary", "binary", "ternary", "layout", "reduction", "contraction", "attention"};
     py::list rows;
     for (const OpInfo& info : allOps()) {
       rows.append(py::make_tuple(info.name, kKinds[static_cast<int>(info.kind)], info.attrs != kNoAttrs));

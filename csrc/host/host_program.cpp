@@ -1,8 +1,10 @@
 #include "host/host_program.h"
 
+#include <algorithm>
 #include <sstream>
 
 #include "support/error.h"
+#include "support/text.h"
 
 namespace mf {
 
@@ -51,7 +53,8 @@ std::string Segment::toString() const {
 }
 
 std::string HostProgram::toString(const std::vector<std::string>& schedulers,
-                                  const std::vector<std::pair<int64_t, int64_t>>& bytes) const {
+                                  const std::vector<std::pair<int64_t, int64_t>>& bytes,
+                                  const std::vector<int64_t>& loop_chunks) const {
   int64_t total_sent = 0, total_received = 0;
   std::ostringstream ss;
   ss << "HostProgram (rank " << rank_ << ") {\n";
@@ -73,6 +76,65 @@ std::string HostProgram::toString(const std::vector<std::string>& schedulers,
         ss << "\n";
         break;
       case HostInstruction::Kind::Wait: ss << "  wait " << inst.index << "\n"; break;
+      case HostInstruction::Kind::StreamLoop: {
+        StreamLoop loop = stream_loops_[inst.index];
+        if (static_cast<size_t>(inst.index) < loop_chunks.size()) loop.chunks = loop_chunks[inst.index];
+        const Communication& c = communications_[loop.communication];
+        const bool ring = isRing(loop.kind);
+        // A ring moves data between its steps: one transfer fewer than steps.
+        int64_t transfers = ring ? std::max<int64_t>(loop.chunks - 1, 1) : loop.chunks;
+        ss << "  stream loop " << inst.index << ": " << loop.toString() << " {\n";
+        ss << "    for " << (ring ? "step" : "chunk") << " i in 0.." << loop.chunks;
+        if (ring) {
+          ss << " (on one stream; the communication library's stream overlaps it):\n";
+        } else {
+          ss << " (one stream each, up to " << std::min<int64_t>(loop.chunks, 3)
+             << " worker streams; events order them):\n";
+        }
+        std::string seg = segments_[loop.segment].toString();
+        std::string comm = c.toString();
+        std::string per_chunk;
+        if (static_cast<size_t>(loop.communication) < bytes.size()) {
+          auto [sent, received] = bytes[loop.communication];
+          per_chunk = mf::str(" bytes per ", ring ? "step" : "chunk", ": sent=", sent / transfers,
+                              " received=", received / transfers);
+          total_sent += sent;
+          total_received += received;
+        }
+        switch (loop.kind) {
+          case StreamLoopKind::GemmReduceScatter:
+          case StreamLoopKind::GemmAllreduce:
+            ss << "      run segment " << loop.segment << " on rows of chunk i: " << seg << "\n";
+            ss << "      post " << loop.communication << " on chunk i: " << comm << per_chunk << "\n";
+            ss << "      wait " << loop.communication << " (before chunk i+2 reuses its buffer)\n";
+            break;
+          case StreamLoopKind::AllgatherGemm:
+            ss << "      post " << loop.communication << " on chunk i+1: " << comm << per_chunk << "\n";
+            ss << "      wait " << loop.communication << " on chunk i\n";
+            ss << "      run segment " << loop.segment << " on rows of chunk i: " << seg << "\n";
+            break;
+          case StreamLoopKind::BroadcastGemm:
+            ss << "      post Broadcast of team member i+1's shard " << c.input->toString() << " on "
+               << mf::toString(c.pt) << per_chunk << "\n";
+            ss << "      wait for team member i's shard\n";
+            ss << "      run segment " << loop.segment << " on it: " << seg << "\n";
+            break;
+          case StreamLoopKind::RingAllgatherGemm:
+            ss << "      post send of the held shard of " << c.input->toString() << " to the next rank, recv from the "
+               << "previous on " << mf::toString(c.pt) << per_chunk << "\n";
+            ss << "      run segment " << loop.segment << " on the held shard (rows of block rank-i): " << seg << "\n";
+            ss << "      wait send/recv\n";
+            break;
+          case StreamLoopKind::RingGemmReduceScatter:
+            ss << "      run segment " << loop.segment << " on rows of block rank+i+1: " << seg << "\n";
+            ss << "      wait recv of the previous step's sum, add it\n";
+            ss << "      post send of the sum to the previous rank, recv from the next on " << mf::toString(c.pt)
+               << per_chunk << "\n";
+            break;
+        }
+        ss << "    writes " << loop.result->toString() << " chunk by chunk\n  }\n";
+        break;
+      }
       case HostInstruction::Kind::Deallocate: ss << "  deallocate " << inst.tv->toString() << "\n"; break;
     }
   }

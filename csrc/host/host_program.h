@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "ir/fusion.h"
@@ -49,10 +50,48 @@ struct Segment {
   std::string toString() const;
 };
 
+// A stream-parallel loop (ParallelType.stream, or the fusion's overlap option): one contraction
+// segment and the communication next to it, run chunk by chunk so that one chunk's communication
+// overlaps another chunk's compute (host/stream_loops.cpp decides it, runtime/run_stream_loop.cpp
+// runs it). Rows: the contraction's non-contracted operand axis the loop cuts, seen as
+// [blocks][chunks][rows per chunk] in global row order.
+enum class StreamLoopKind {
+  GemmReduceScatter,      // chunk: partial GEMM of the chunk's rows, then their ReduceScatter
+  GemmAllreduce,          // chunk: partial GEMM of the chunk's rows, then their Allreduce
+  AllgatherGemm,          // chunk: Allgather of the chunk's rows, then their GEMM
+  BroadcastGemm,          // step j: team member j broadcasts its shard, then everyone multiplies it
+  RingAllgatherGemm,      // step i: multiply the shard held, pass it to the next rank (send/recv)
+  RingGemmReduceScatter,  // step i: partial GEMM of a block plus the sum received, passed on
+};
+const char* toString(StreamLoopKind k);
+inline bool isRing(StreamLoopKind k) {
+  return k == StreamLoopKind::RingAllgatherGemm || k == StreamLoopKind::RingGemmReduceScatter;
+}
+
+struct StreamLoop {
+  StreamLoopKind kind = StreamLoopKind::GemmReduceScatter;
+  int64_t chunks = 1;           // trip count (ring and broadcast kinds: the team size)
+  bool chunks_adjustable = false;  // chosen by the overlap option: fewer chunks when rows do not divide
+  int64_t blocks = 1;           // team blocks outside the chunks ([blocks][chunks][rows])
+  // The loop cuts an axis the communication does not touch (a batch axis): every chunk runs the
+  // whole communication on its slice (blocks 1).
+  bool independent = false;
+  int64_t segment = -1;         // the contraction's segment
+  int64_t communication = -1;   // the communication it overlaps (type, team, layout, bytes)
+  Expr* contraction = nullptr;
+  TensorView* result = nullptr;  // what the loop writes, chunk by chunk
+  int64_t x_row_axis = -1;       // runtime axis of the contraction's first operand that is cut
+  int64_t part_row_axis = -1;    // ... of the contraction's output (partial axis dropped)
+  int64_t result_row_axis = -1;  // ... of `result`
+  TensorView* scheduled = nullptr;  // the tensor whose stream axis asked for the loop (null: the option)
+  int64_t scheduled_axis = -1;
+  std::string toString() const;
+};
+
 struct HostInstruction {
-  enum class Kind { RunSegment, PostCommunication, Wait, Deallocate };
+  enum class Kind { RunSegment, PostCommunication, Wait, Deallocate, StreamLoop };
   Kind kind;
-  int64_t index = -1;       // segment or communication index
+  int64_t index = -1;       // segment, communication or stream loop index
   TensorView* tv = nullptr;  // Deallocate
 };
 
@@ -65,6 +104,8 @@ class HostProgram {
   const std::vector<Segment>& segments() const { return segments_; }
   std::vector<Communication>& communications() { return communications_; }
   const std::vector<Communication>& communications() const { return communications_; }
+  std::vector<StreamLoop>& streamLoops() { return stream_loops_; }
+  const std::vector<StreamLoop>& streamLoops() const { return stream_loops_; }
   std::vector<HostInstruction>& instructions() { return instructions_; }
   const std::vector<HostInstruction>& instructions() const { return instructions_; }
   // Every team any rank uses, in the same order on all ranks (c10d groups are created from it).
@@ -74,8 +115,11 @@ class HostProgram {
   // runtime's choice, shown beside the compiled program without being written into it.
   // `bytes`, when given, holds {sent, received} per communication (communication_bytes.h); each
   // communication then shows its bytes and the program its total.
+  // `loop_chunks`, when given, holds the chunk count each stream loop ran with (an adjustable one
+  // may run fewer than it was planned with).
   std::string toString(const std::vector<std::string>& schedulers = {},
-                       const std::vector<std::pair<int64_t, int64_t>>& bytes = {}) const;
+                       const std::vector<std::pair<int64_t, int64_t>>& bytes = {},
+                       const std::vector<int64_t>& loop_chunks = {}) const;
 
  private:
   std::unique_ptr<Fusion> fusion_;
@@ -83,11 +127,22 @@ class HostProgram {
   std::vector<Segment> segments_;
   std::vector<Communication> communications_;
   std::vector<HostInstruction> instructions_;
+  std::vector<StreamLoop> stream_loops_;
   std::vector<std::vector<int64_t>> teams_;
 };
 
 // Decides every communication's buffer layout (see CommunicationLayout).
 void planCommunicationLayouts(HostProgram& hp);
+
+// Turns each contraction + communication pair that a stream axis (or the fusion's overlap option)
+// asks to overlap into a StreamLoop; refuses stream axes it cannot honour (host/stream_loops.cpp).
+void planStreamLoops(HostProgram& hp);
+// Rows per chunk check for a run: an error naming the tensor, axis, extent and chunks, or "".
+// `row_extent(loop)` gives the global row extent of the loop's result for the run.
+std::string checkStreamLoopExtents(const HostProgram& hp, const std::unordered_map<std::string, int64_t>& extents);
+// The chunk count a loop runs with for these extents (an adjustable one shrinks to a divisor).
+int64_t effectiveChunks(const StreamLoop& loop, int64_t global_rows);
+int64_t globalRows(const StreamLoop& loop, const std::unordered_map<std::string, int64_t>& extents);
 
 // Lowers a fusion that went through the pass pipeline into `rank`'s host program.
 std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, int64_t rank);

@@ -185,18 +185,18 @@ std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, 
       open_segment = -1;
       continue;
     }
-    if (!participates(e->out(), rank)) continue;
+    if (!participates(e->outTensor(0), rank)) continue;
     wait_for(e->inputs());
-    // Contractions run alone (cuBLAS through ATen), so the pointwise work around them can be a
-    // generated kernel.
-    if (isContraction(e->op())) open_segment = -1;
+    // Contractions and attention run alone (cuBLAS, fused attention, through ATen), so the
+    // pointwise work around them can be a generated kernel.
+    if (runsAlone(e->op())) open_segment = -1;
     if (open_segment < 0) {
       hp->segments().emplace_back();
       open_segment = static_cast<int64_t>(hp->segments().size()) - 1;
       insts.push_back({HostInstruction::Kind::RunSegment, open_segment, nullptr});
     }
     hp->segments()[open_segment].exprs.push_back(e);
-    if (isContraction(e->op())) open_segment = -1;
+    if (runsAlone(e->op())) open_segment = -1;
   }
   std::vector<Val*> remaining;
   for (auto& [v, index] : pending) remaining.push_back(const_cast<Val*>(v));
@@ -211,6 +211,8 @@ std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, 
     if (inst.kind == HostInstruction::Kind::RunSegment) {
       for (Expr* e : hp->segments()[inst.index].exprs) {
         for (Val* in : e->inputs()) last_use[in] = i;
+        // An output nothing reads (attention's RNG state, say) dies where it is made.
+        for (Val* out : e->outputs()) last_use.emplace(out, i);
       }
     } else if (inst.kind == HostInstruction::Kind::PostCommunication) {
       last_use[hp->communications()[inst.index].input] = i;
@@ -231,6 +233,7 @@ std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, 
   }
   insts = with_frees;
   planCommunicationLayouts(*hp);
+  planStreamLoops(*hp);
   return hp;
 }
 

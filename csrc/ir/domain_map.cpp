@@ -1,5 +1,9 @@
 #include "ir/domain_map.h"
 
+#include <algorithm>
+
+#include "ir/extent_expr.h"
+#include "ir/fusion.h"
 #include "ir/op_registry.h"
 #include "support/error.h"
 
@@ -13,12 +17,12 @@ struct Ranks {
   int64_t crank;
 };
 
-Ranks ranksOf(const Expr* e, size_t input_index) {
+Ranks ranksOf(const Expr* e, size_t input_index, size_t output_index = 0) {
   MF_CHECK(e->input(input_index)->isTensor(), "input ", input_index, " of ", e->toString(), " is not a tensor");
   auto* producer = static_cast<TensorView*>(e->input(input_index));
   Ranks r;
   r.p_ids = producer->logicalNoReductions();
-  r.c_ids = &e->out()->rootOrLogical();
+  r.c_ids = &e->outTensor(output_index)->rootOrLogical();
   r.prank = static_cast<int64_t>(r.p_ids.size());
   r.crank = static_cast<int64_t>(r.c_ids->size());
   return r;
@@ -63,28 +67,62 @@ std::vector<int64_t> mapPermute(const Expr* e, size_t input_index) {
 
 // Walks both shapes, grouping axes whose products agree; the outermost producer axis of a group
 // maps to the outermost consumer axis of the group (a sharded outermost axis stays sharded).
+// Symbolic extents compare as products of symbols: [s0, 4096] -> [s0, 32, 128] groups s0 with s0.
 std::vector<int64_t> mapReshape(const Expr* e, size_t input_index) {
   Ranks r = ranksOf(e, input_index);
+  const Fusion& f = *e->out()->fusion();
   const auto& in = r.p_ids;
   const auto& out = *r.c_ids;
   std::vector<int64_t> map(in.size(), -1);
+  auto times = [](ExtentFactors a, const ExtentFactors& b) {
+    a.constant *= b.constant;
+    a.atoms.insert(a.atoms.end(), b.atoms.begin(), b.atoms.end());
+    std::sort(a.atoms.begin(), a.atoms.end());
+    return a;
+  };
   size_t i = 0, o = 0;
   while (i < in.size() && o < out.size()) {
     size_t gi = i, go = o;
-    int64_t pi = in[i]->extent().value, po = out[o]->extent().value;
-    if (pi < 0 || po < 0) return map;
-    while (pi != po) {
-      if (pi < po) {
+    ExtentFactors pi = factorsOf(f, in[i]->extent()), po = factorsOf(f, out[o]->extent());
+    while (!(pi == po)) {
+      if (pi.divides(po)) {
         if (++i >= in.size()) return map;
-        pi *= in[i]->extent().value;
-      } else {
+        pi = times(pi, factorsOf(f, in[i]->extent()));
+      } else if (po.divides(pi)) {
         if (++o >= out.size()) return map;
-        po *= out[o]->extent().value;
+        po = times(po, factorsOf(f, out[o]->extent()));
+      } else {
+        return map;
       }
     }
     map[gi] = static_cast<int64_t>(go);
     ++i;
     ++o;
+  }
+  return map;
+}
+
+std::vector<int64_t> mapResized(const Expr* e, size_t input_index) {
+  Ranks r = ranksOf(e, input_index);
+  const Fusion& f = *e->out()->fusion();
+  std::vector<int64_t> map(r.prank, -1);
+  for (int64_t p = 0; p < r.prank; ++p) {
+    int64_t c = p + (r.crank - r.prank);
+    const IterDomain* cid = (*r.c_ids)[c];
+    if (factorsOf(f, r.p_ids[p]->extent()) == factorsOf(f, cid->extent())) map[p] = c;
+  }
+  return map;
+}
+
+// Pad: only axes with no width keep their data in place (widths [1, -1] keep the extent but shift).
+std::vector<int64_t> mapPad(const Expr* e, size_t input_index) {
+  Ranks r = ranksOf(e, input_index);
+  const std::vector<int64_t>& widths = e->attrs().dims;
+  std::vector<int64_t> map(r.prank);
+  for (int64_t p = 0; p < r.prank; ++p) {
+    size_t from_last = static_cast<size_t>(r.prank - 1 - p);
+    bool padded = 2 * from_last < widths.size() && (widths[2 * from_last] != 0 || widths[2 * from_last + 1] != 0);
+    map[p] = padded ? -1 : p;
   }
   return map;
 }
@@ -134,9 +172,28 @@ std::vector<int64_t> mapMatmul(const Expr* e, size_t input_index) {
   return map;
 }
 
-std::vector<int64_t> mapProducerToConsumer(const Expr* e, size_t input_index) {
-  std::vector<int64_t> map = opInfo(e->op()).axis_map(e, input_index);
-  Ranks r = ranksOf(e, input_index);
+std::vector<int64_t> mapAttention(const Expr* e, size_t input_index, size_t output_index) {
+  Ranks r = ranksOf(e, input_index, output_index);
+  // q is input 0 of the forward and input 1 of the backward; its axes are [lead.., seq, head_dim].
+  size_t q_index = e->op() == OpType::SdpfaBwd ? 1 : 0;
+  int64_t lead = rankOf(e->input(q_index)) - 2;
+  std::vector<int64_t> map(r.prank, -1);
+  for (int64_t p = 0; p < r.prank && p < lead && p < r.crank; ++p) map[p] = p;
+  // Without a causal mask each query row is independent of the others: q's sequence maps onto the
+  // forward's outputs (attn, logsumexp), so a query split on it stays local. A causal mask needs
+  // global positions, and the backward sums over every query row for grad_k and grad_v.
+  bool rows_independent = e->op() == OpType::SdpfaFwd && !e->attrs().is_causal;
+  if (rows_independent && input_index == 0 && output_index <= 1 && r.prank > lead) map[lead] = lead;
+  return map;
+}
+
+std::vector<int64_t> mapProducerToConsumer(const Expr* e, size_t input_index, size_t output_index) {
+  const OpInfo& info = opInfo(e->op());
+  MF_CHECK(info.output_axis_map != nullptr || output_index == 0, info.name, " has one output; asked for output ",
+           output_index);
+  std::vector<int64_t> map = info.output_axis_map != nullptr ? info.output_axis_map(e, input_index, output_index)
+                                                              : info.axis_map(e, input_index);
+  Ranks r = ranksOf(e, input_index, output_index);
   const auto& c_ids = *r.c_ids;
   for (int64_t p = 0; p < r.prank; ++p) {
     const IterDomain* pid = r.p_ids[p];

@@ -13,7 +13,8 @@ namespace mf {
 // rootOrLogical() of the axis that the producer's p-th non-reduction logical axis maps to, or -1.
 // Broadcast producer axes of extent 1 that meet a non-broadcast consumer axis map to -1 (they hold
 // no data to shard); expanded broadcast axes (extent > 1) map like any other axis.
-std::vector<int64_t> mapProducerToConsumer(const Expr* e, size_t input_index);
+// `output_index` picks the consumer among the outputs of an op that has several.
+std::vector<int64_t> mapProducerToConsumer(const Expr* e, size_t input_index, size_t output_index = 0);
 
 // Per-op rules (registry entries point at these).
 std::vector<int64_t> mapRightAligned(const Expr* e, size_t input_index);  // pointwise, reductions
@@ -21,7 +22,15 @@ std::vector<int64_t> mapBroadcastInDim(const Expr* e, size_t input_index);
 std::vector<int64_t> mapSqueeze(const Expr* e, size_t input_index);
 std::vector<int64_t> mapPermute(const Expr* e, size_t input_index);
 std::vector<int64_t> mapReshape(const Expr* e, size_t input_index);
+// slice, pad, cat: right-aligned, but an axis whose extent the op changes maps to nothing.
+std::vector<int64_t> mapResized(const Expr* e, size_t input_index);
+std::vector<int64_t> mapPad(const Expr* e, size_t input_index);  // padded axes map to nothing
 std::vector<int64_t> mapLinear(const Expr* e, size_t input_index);
 std::vector<int64_t> mapMatmul(const Expr* e, size_t input_index);
+// sdpfa_fwd/bwd: the leading axes ([batch.., heads]) of every operand map to the same leading axes
+// of every output that has them; so does q's sequence onto attn and logsumexp in a forward without
+// causal mask. Other sequence and head_dim axes map nowhere (they are contracted or mixed by the
+// softmax), nor does anything map onto the RNG state.
+std::vector<int64_t> mapAttention(const Expr* e, size_t input_index, size_t output_index);
 
 }  // namespace mf

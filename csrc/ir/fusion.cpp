@@ -27,10 +27,10 @@ TensorView* Fusion::newTensorNamed(int64_t name, DataType dtype, std::vector<Ite
   return tv;
 }
 
-Scalar* Fusion::newScalarNamed(int64_t name, DataType dtype, std::optional<double> value) {
+Scalar* Fusion::newScalarNamed(int64_t name, DataType dtype, std::optional<double> value, std::string extent) {
   int64_t saved = std::max(next_scalar_name_, name + 1);
   next_scalar_name_ = name;
-  Scalar* s = newScalar(dtype, value);
+  Scalar* s = newScalar(dtype, value, std::move(extent));
   next_scalar_name_ = saved;
   return s;
 }
@@ -43,9 +43,17 @@ void Fusion::reserveSymbol(const std::string& symbol) {
   next_symbol_ = std::max<int64_t>(next_symbol_, std::stoll(symbol.substr(1, digits - 1)) + 1);
 }
 
+void Fusion::setOverlap(const std::string& mode) {
+  MF_USER_ARG_CHECK(mode.empty() || mode == "auto" || mode == "ring" || mode == "chunked", "overlap: expected None, ",
+                    "\"auto\", \"ring\" or \"chunked\"; got \"", mode, "\"");
+  bump();
+  overlap_ = mode;
+}
+
 IterDomain* Fusion::cloneIterDomain(const IterDomain* id) {
   IterDomain* c = newIterDomain(id->extent(), id->iterType());
   c->parallelize(id->parallelType());
+  c->setSwizzle(id->swizzle());
   return c;
 }
 
@@ -63,8 +71,8 @@ TensorView* Fusion::newTensor(DataType dtype, std::vector<IterDomain*> logical) 
   return static_cast<TensorView*>(vals_.back().get());
 }
 
-Scalar* Fusion::newScalar(DataType dtype, std::optional<double> value) {
-  vals_.push_back(std::make_unique<Scalar>(next_scalar_name_++, dtype, value));
+Scalar* Fusion::newScalar(DataType dtype, std::optional<double> value, std::string extent) {
+  vals_.push_back(std::make_unique<Scalar>(next_scalar_name_++, dtype, value, std::move(extent)));
   vals_.back()->setFusion(this);
   return static_cast<Scalar*>(vals_.back().get());
 }
@@ -89,7 +97,17 @@ Extent Fusion::newSymbol() {
 
 void Fusion::unifySymbols(const std::string& a, const std::string& b) {
   std::string ra = canonicalSymbol(a), rb = canonicalSymbol(b);
-  if (ra != rb) symbol_parent_[std::max(ra, rb)] = std::min(ra, rb);
+  if (ra == rb) return;
+  // A plain symbol ("s3", bound by an input) represents a derived one ("s0+4"): inputs bind it.
+  auto plain = [](const std::string& s) {
+    return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
+  };
+  if (plain(ra) != plain(rb)) {
+    if (plain(ra)) symbol_parent_[rb] = ra;
+    else symbol_parent_[ra] = rb;
+    return;
+  }
+  symbol_parent_[std::max(ra, rb)] = std::min(ra, rb);
 }
 
 std::string Fusion::canonicalSymbol(const std::string& s) const {
@@ -165,6 +183,7 @@ std::vector<TensorView*> Fusion::allTensors() const {
 std::unique_ptr<Fusion> Fusion::clone(std::unordered_map<const Val*, Val*>* out_map) const {
   auto f = std::make_unique<Fusion>();
   f->next_symbol_ = next_symbol_;
+  f->overlap_ = overlap_;
   f->next_id_name_ = next_id_name_;
   f->symbol_parent_ = symbol_parent_;
   std::unordered_map<const IterDomain*, IterDomain*> id_map;
@@ -174,6 +193,7 @@ std::unique_ptr<Fusion> Fusion::clone(std::unordered_map<const Val*, Val*>* out_
     IterDomain* c = f->ids_.back().get();
     c->parallelize(id->parallelType());
     c->setRFactorProduct(id->isRFactorProduct());
+    c->setSwizzle(id->swizzle());
     id_map[id.get()] = c;
   }
   auto map_ids = [&](const std::vector<IterDomain*>& ids) {
@@ -199,7 +219,7 @@ std::unique_ptr<Fusion> Fusion::clone(std::unordered_map<const Val*, Val*>* out_
       c = std::move(ctv);
     } else {
       auto* s = static_cast<const Scalar*>(v.get());
-      c = std::make_unique<Scalar>(s->name(), s->dtype(), s->value());
+      c = std::make_unique<Scalar>(s->name(), s->dtype(), s->value(), s->extent());
     }
     c->setFusion(f.get());
     val_map[v.get()] = c.get();

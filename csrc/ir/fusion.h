@@ -23,13 +23,14 @@ class Fusion {
   IdTransform* newTransform(IdTransform::Kind kind, std::vector<IterDomain*> in, std::vector<IterDomain*> out,
                             int64_t factor, bool inner_split);
   TensorView* newTensor(DataType dtype, std::vector<IterDomain*> logical);
-  Scalar* newScalar(DataType dtype, std::optional<double> value);
+  // `extent`: the scalar stands for this symbolic extent (fd.ops.size).
+  Scalar* newScalar(DataType dtype, std::optional<double> value, std::string extent = "");
   Expr* newExpr(OpType op, std::vector<Val*> inputs, std::vector<Val*> outputs, ExprAttrs attrs = {});
   Extent newSymbol();  // a fresh symbolic extent s0, s1, ...
   // For the IR parser: nodes with the names printed text gives them (later fresh names follow).
   IterDomain* newIterDomainNamed(int64_t name, Extent extent, IterType type);
   TensorView* newTensorNamed(int64_t name, DataType dtype, std::vector<IterDomain*> logical);
-  Scalar* newScalarNamed(int64_t name, DataType dtype, std::optional<double> value);
+  Scalar* newScalarNamed(int64_t name, DataType dtype, std::optional<double> value, std::string extent = "");
   void reserveSymbol(const std::string& symbol);  // "s7": fresh symbols start after s7
   // Unified symbols (symbol -> the one it equals), for the printer.
   const std::unordered_map<std::string, std::string>& symbolEqualities() const { return symbol_parent_; }
@@ -41,6 +42,12 @@ class Fusion {
   // recomputed only when it moved).
   int64_t version() const { return version_; }
   void bump() { ++version_; }
+
+  // Overlap applied to the linears of the program without a stream schedule written by the user:
+  // "" (none), "auto", "ring" or "chunked" (host/stream_loops.cpp). Part of the printed program,
+  // so it keys the executor caches like the schedule does.
+  const std::string& overlap() const { return overlap_; }
+  void setOverlap(const std::string& mode);
 
   // Rewires: `e` no longer defines its outputs or uses its inputs.
   void unlink(Expr* e);
@@ -71,6 +78,7 @@ class Fusion {
   std::vector<Val*> outputs_;
   std::unordered_map<std::string, std::string> symbol_parent_;
   int64_t version_ = 0;
+  std::string overlap_;
   int64_t next_symbol_ = 0;
   int64_t next_id_name_ = 0;
   int64_t next_tensor_name_ = 0;

@@ -43,6 +43,10 @@ class IterDomain {
   bool isDeviceDim() const { return isDeviceParallel(ptype_); }
   IdTransform* definition() const { return definition_; }
   bool isRFactorProduct() const { return rfactor_product_; }
+  // A stream axis swizzled on a mesh axis visits its chunks in ring order: rank r starts with the
+  // chunk it holds and then takes its neighbour's (tv.swizzle1d). Serial: not swizzled.
+  ParallelType swizzle() const { return swizzle_; }
+  void setSwizzle(ParallelType pt) { swizzle_ = pt; }
 
   void parallelize(ParallelType pt) { ptype_ = pt; }
   void setIterType(IterType t) { type_ = t; }
@@ -58,6 +62,7 @@ class IterDomain {
   ParallelType ptype_ = ParallelType::Serial;
   IdTransform* definition_ = nullptr;
   bool rfactor_product_ = false;
+  ParallelType swizzle_ = ParallelType::Serial;
 };
 
 class IdTransform {
@@ -109,15 +114,21 @@ class Val {
   Fusion* fusion_ = nullptr;
 };
 
-// A scalar: a constant or a fusion input.
+// A scalar: a constant, a fusion input, or a tensor's symbolic extent (fd.ops.size), whose value
+// the runtime takes from the extents the inputs bound.
 class Scalar : public Val {
  public:
-  Scalar(int64_t name, DataType dtype, std::optional<double> value) : Val(ValKind::Scalar, name, dtype), value_(value) {}
+  Scalar(int64_t name, DataType dtype, std::optional<double> value, std::string extent = "")
+      : Val(ValKind::Scalar, name, dtype), value_(value), extent_(std::move(extent)) {}
   const std::optional<double>& value() const { return value_; }
-  std::string toString() const override;
+  // The symbolic extent this scalar stands for ("s0", "s0+4"), or empty.
+  const std::string& extent() const { return extent_; }
+  bool isExtent() const { return !extent_.empty(); }
+  std::string toString() const override;  // "2.5", "S3", or "S3{s0}" for an extent
 
  private:
   std::optional<double> value_;
+  std::string extent_;
 };
 
 class TensorView : public Val {
@@ -146,6 +157,8 @@ class TensorView : public Val {
   void reorder(const std::vector<std::pair<int64_t, int64_t>>& old_to_new);
   IterDomain* axis(int64_t i) const;
   void parallelize(int64_t axis, ParallelType pt);
+  // Makes loop axis `axis` (a stream axis) visit its chunks in ring order along mesh axis `pt`.
+  void swizzle1d(int64_t axis, ParallelType pt);
   void setDeviceMesh(const DeviceMesh& mesh);
   void setAllocationAsLoop();
   // Splits this reduction into partial = op(inputs) reducing `axes` and this = sum(partial) over the
@@ -177,11 +190,18 @@ class TensorView : public Val {
 // Attributes of an op. Which fields mean what depends on the OpType:
 //   Cast: dtype. Sum/Max/Min: dims (reduced logical axes of the input). Permute: dims.
 //   Squeeze: dims. BroadcastInDim: dims (output axis of each input axis), shape (output shape).
-//   Reshape: shape (the new global shape).
+//   Reshape: shape (the new global shape; -1 where the output axis is symbolic).
+//   Slice: dims (the step of each axis); the bounds are scalar operands (x, start0, end0, ...).
+//   Pad: dims (pad widths, last axis first, as torch.nn.functional.pad); the fill value is operand 1.
+//   Cat: dims ([the concatenated axis]). StrideOrder: none (the output's stride order says it).
+//   SdpfaFwd/SdpfaBwd: dropout_p, is_causal, scale (none: 1/sqrt(head_dim), as PyTorch).
 struct ExprAttrs {
   std::vector<int64_t> dims;
   std::vector<int64_t> shape;
   DataType dtype = DataType::Float;
+  double dropout_p = 0.0;
+  bool is_causal = false;
+  std::optional<double> scale;
 };
 
 class Expr {
@@ -195,6 +215,7 @@ class Expr {
   Val* input(size_t i) const { return inputs_.at(i); }
   Val* output(size_t i) const { return outputs_.at(i); }
   TensorView* out() const;  // the single TensorView output
+  TensorView* outTensor(size_t i) const;  // output i, which must be a TensorView
   const ExprAttrs& attrs() const { return attrs_; }
   ExprAttrs& mutableAttrs() { return attrs_; }
   void replaceInput(size_t i, Val* v) { inputs_.at(i) = v; }

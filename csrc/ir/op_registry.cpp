@@ -124,6 +124,32 @@ std::vector<OpInfo> buildTable() {
   reshape.cuda = nullptr;
   reshape.no_cuda = "reshape is not supported by the CUDA generator (it needs a view or a copy; ATen runs it)";
   t.push_back(reshape);
+  // Slice, pad and cat resize axes: an axis whose extent changes (or that a pad shifts) maps to
+  // nothing, so a device split on it is gathered first; the other axes pass their splits through.
+  OpInfo slice = layout(OpType::Slice, "slice", kAttrStrides, &mapResized, "aten::slice.Tensor", AtenArgs::Slice);
+  slice.max_inputs = 1 + 2 * 64;  // x, then (start, end) per axis
+  slice.regroups_axes = true;
+  slice.cuda = nullptr;
+  slice.no_cuda = "slice runs on ATen (a view or a strided copy)";
+  t.push_back(slice);
+  OpInfo pad = layout(OpType::Pad, "pad", kAttrPadWidths, &mapPad, "aten::constant_pad_nd", AtenArgs::Pad);
+  pad.max_inputs = 2;  // x, fill value
+  pad.regroups_axes = true;
+  pad.cuda = nullptr;
+  pad.no_cuda = "pad runs on ATen (constant_pad_nd)";
+  t.push_back(pad);
+  OpInfo cat = layout(OpType::Cat, "cat", kAttrDims, &mapResized, "aten::cat", AtenArgs::Cat);
+  cat.max_inputs = 1 << 16;
+  cat.dtype_rule = D::Promote;
+  cat.regroups_axes = true;
+  cat.cuda = nullptr;
+  cat.no_cuda = "cat runs on ATen (one copy per operand)";
+  t.push_back(cat);
+  OpInfo stride_order =
+      layout(OpType::StrideOrder, "stride_order", kNoAttrs, &mapRightAligned, nullptr, AtenArgs::StrideOrder);
+  stride_order.cuda = nullptr;
+  stride_order.no_cuda = "stride_order is a layout copy that ATen makes (generated kernels write row-major outputs)";
+  t.push_back(stride_order);
 
   // Reductions (NaN propagates through max/min like PyTorch).
   t.push_back(reduction(OpType::Sum, "sum", "aten::sum.dim_IntList", "0.0f", "{0} + {1}"));
@@ -143,6 +169,27 @@ std::vector<OpInfo> buildTable() {
   linear.aten_args = AtenArgs::FoldedWeight;
   linear.no_cuda = matmul.no_cuda;
   t.push_back(linear);
+
+  // Attention: PyTorch's fused kernels through ATen, in a segment of their own. Batch and head
+  // axes pass through, and q's sequence in a forward without causal mask; other sequence and
+  // head_dim axes are whole on every device (gathered when sharded): splitting them needs a ring
+  // or a partial softmax, which is not built yet.
+  OpInfo fwd = base(OpType::SdpfaFwd, "sdpfa_fwd", OpKind::Attention, 3, 3, D::SameAsInput, nullptr);
+  fwd.output_axis_map = &mapAttention;
+  fwd.sharding_free_outputs = {2, 3};  // seed, offset
+  fwd.regroups_axes = true;            // an output split on an axis no input maps to is a reshard
+  fwd.attrs = kAttrAttention;
+  fwd.aten = "aten::_scaled_dot_product_flash_attention";
+  fwd.aten_args = AtenArgs::Attention;
+  fwd.no_cuda = "runs on PyTorch's fused attention kernels through ATen, not in a generated kernel";
+  t.push_back(fwd);
+  OpInfo bwd = fwd;
+  bwd.op = OpType::SdpfaBwd;
+  bwd.name = "sdpfa_bwd";
+  bwd.min_inputs = bwd.max_inputs = 8;  // grad_attn, q, k, v, attn, logsumexp, seed, offset
+  bwd.sharding_free_outputs = {};
+  bwd.aten = "aten::_scaled_dot_product_flash_attention_backward";
+  t.push_back(bwd);
   for (size_t k = 0; k < t.size(); ++k) {
     MF_CHECK(static_cast<size_t>(t[k].op) == k, "op registry out of order at ", t[k].name);
   }
@@ -178,6 +225,7 @@ bool isPointwise(OpType op) {
 }
 bool isReduction(OpType op) { return opInfo(op).kind == OpKind::Reduction; }
 bool isContraction(OpType op) { return opInfo(op).kind == OpKind::Contraction; }
+bool runsAlone(OpType op) { return isContraction(op) || opInfo(op).kind == OpKind::Attention; }
 bool reduces(OpType op) { return isReduction(op) || isContraction(op); }
 
 }  // namespace mf

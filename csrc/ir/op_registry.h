@@ -28,20 +28,24 @@ enum class OpType {
   // ternary
   Where,
   // layout
-  BroadcastInDim, Squeeze, Permute, Reshape,
+  BroadcastInDim, Squeeze, Permute, Reshape, Slice, Pad, Cat, StrideOrder,
   // reductions
   Sum, Max, Min,
   // contractions
   Matmul, Linear,
+  // attention (several outputs each)
+  SdpfaFwd, SdpfaBwd,
 };
 
 enum class OpKind {
   Unary,        // one tensor in, same shape out
   Binary,       // two operands (tensor or scalar), broadcast right-aligned
   Ternary,      // where
-  Layout,       // moves or views data: broadcast_in_dim, squeeze, permute, reshape
+  Layout,       // moves or views data: broadcast_in_dim, squeeze, permute, reshape, slice, pad, cat,
+                // stride_order
   Reduction,    // sum/max/min over axes; reduced axes stay in the output's logical domain as r{}
   Contraction,  // matmul/linear: output ends with the contracted r{k}
+  Attention,    // sdpfa_fwd/bwd: PyTorch's fused attention, several outputs, no reduction axes
 };
 
 // How the output dtype follows from the operands.
@@ -63,6 +67,9 @@ enum AttrMask : unsigned {
   kAttrShape = 1u << 1,           // ", shape=[..]"
   kAttrDims = 1u << 2,            // ", dims=[..]"
   kAttrBroadcastDims = 1u << 3,   // ", broadcast_dims=[..]" (stored in dims)
+  kAttrAttention = 1u << 4,       // ", dropout_p=0, is_causal=true, scale=none"
+  kAttrStrides = 1u << 5,         // ", strides=[..]" (slice; stored in dims)
+  kAttrPadWidths = 1u << 6,       // ", pad_widths=[..]" (pad; stored in dims)
 };
 
 // How the ATen evaluator calls the op (the op itself is found by `aten` name through the
@@ -77,11 +84,19 @@ enum class AtenArgs {
   BroadcastInDim,  // view with the output's rank, then expand to the local output shape
   FoldedWeight,    // Operands, with a weight of several output axes (and its bias) folded to one
                    // for the call and the output unfolded again (linear with a 3-D weight)
+  Attention,       // PyTorch's fused attention forward or backward for the tensors' device
+                   // (runtime/attention.cpp); attributes dropout_p, is_causal, scale
+  Slice,           // aten(x, axis, start, end, step) per sliced axis, bounds from the scalar operands
+  Pad,             // aten(x, pad widths, fill value operand)
+  Cat,             // aten([tensor operands], axis)
+  StrideOrder,     // no call: the input copied into the output's stride order
 };
 
 // For expr `e` and its tensor input at `input_index`: result[p] is the index into the consumer's
 // rootOrLogical() of the axis that the producer's p-th non-reduction logical axis maps to, or -1.
 using AxisMapFn = std::vector<int64_t> (*)(const Expr* e, size_t input_index);
+// The same for an op of several outputs: indices into output `output_index`'s rootOrLogical().
+using OutputAxisMapFn = std::vector<int64_t> (*)(const Expr* e, size_t input_index, size_t output_index);
 
 struct OpInfo {
   OpType op;
@@ -91,7 +106,12 @@ struct OpInfo {
   int max_inputs;
   DtypeRule dtype_rule;
   unsigned attrs;  // AttrMask bits
-  AxisMapFn axis_map;
+  AxisMapFn axis_map;  // ops of one output
+  // Ops of several outputs (axis_map is then null); mapProducerToConsumer picks the right one.
+  OutputAxisMapFn output_axis_map;
+  // Outputs that hold none of the inputs' data (the RNG state attention returns): replicated
+  // whatever the inputs' shardings, so they never make the op a resharding. Several outputs only.
+  std::vector<int> sharding_free_outputs;
 
   // Sharding rule.
   // Inputs whose shardings the output takes first during propagation; empty: the most parallel
@@ -103,8 +123,9 @@ struct OpInfo {
   // An input added after the reduction (linear's bias): pulled out when the reduction is sharded,
   // so it is added once rather than once per device. -1: none.
   int bias_input;
-  // Every output axis is made of this op's input data, regrouped (reshape): a device split on an
-  // output axis that no input axis maps to onto is then a reshard, not a fresh axis.
+  // Every output axis is made of this op's input data, regrouped (reshape) or resized (slice, pad,
+  // cat): a device split on an output axis that no input axis maps to onto is then a reshard, not
+  // a fresh axis. (A resized axis maps to nothing: its shards would hold different ranges.)
   bool regroups_axes;
 
   // ATen evaluation: a dispatcher name ("aten::exp", "aten::sum.dim_IntList") and its arguments.
@@ -134,6 +155,9 @@ bool isComparison(OpType op);
 bool isPointwise(OpType op);  // unary, binary, ternary and cast
 bool isReduction(OpType op);
 bool isContraction(OpType op);
+// Ops that run in a compute segment of their own on ATen (contractions on cuBLAS, attention on
+// PyTorch's fused kernels), so that the pointwise work around them can be a generated kernel.
+bool runsAlone(OpType op);
 // Reductions and contractions: ops whose output has reduction axes.
 bool reduces(OpType op);
 

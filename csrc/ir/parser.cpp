@@ -8,12 +8,14 @@
 //       root: [...]                             (optional)
 //       OuterSplit(i1{8}, factor 2) -> iDIDx5{2}, i6{4}     (transforms, in order)
 //       loop: [...]  allocation: [...]          (optional)
+//     T4, T5 = op(..)                           (an op of several outputs: one header each, in order)
 //     outputs: T2
 //   }
 // Axes are named as printed (iDIDx5{2}rf: iteration type, parallel type, name, extent, rfactor
 // mark); a name seen again refers to the same axis.
 #include "ir/parser.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <map>
@@ -39,6 +41,9 @@ class Parser {
       if (startsWith(line, "symbols:")) {
         next();
         parseSymbols(line.substr(8));
+      } else if (startsWith(line, "overlap:")) {
+        next();
+        fusion_->setOverlap(trimmed(line.substr(8)));
       } else if (startsWith(line, "input ")) {
         next();
         parseInput(line.substr(6));
@@ -156,7 +161,16 @@ class Parser {
     fail(brace != std::string::npos && close != std::string::npos && brace > pos, "malformed axis '", t, "'");
     int64_t name = std::stoll(t.substr(pos, brace - pos));
     std::string extent_text = t.substr(brace + 1, close - brace - 1);
-    bool rf = t.compare(close + 1, std::string::npos, "rf") == 0;
+    std::string suffix = t.substr(close + 1);
+    bool rf = startsWith(suffix, "rf");
+    ParallelType swizzle = ParallelType::Serial;
+    size_t tilde = suffix.find('~');
+    if (tilde != std::string::npos) {
+      for (ParallelType cand : {ParallelType::DIDx, ParallelType::DIDy, ParallelType::DIDz}) {
+        if (suffix.substr(tilde + 1) == toString(cand)) swizzle = cand;
+      }
+      fail(swizzle != ParallelType::Serial, "malformed swizzle in axis '", t, "'");
+    }
     auto it = ids_.find(name);
     if (it != ids_.end()) {
       IterDomain* id = it->second;
@@ -165,7 +179,10 @@ class Parser {
       return id;
     }
     Extent extent;
-    if (std::isdigit(static_cast<unsigned char>(extent_text[0]))) {
+    bool digits = !extent_text.empty() && std::all_of(extent_text.begin(), extent_text.end(), [](char c) {
+      return std::isdigit(static_cast<unsigned char>(c));
+    });
+    if (digits) {
       extent.value = std::stoll(extent_text);
     } else {
       extent.symbol = extent_text;
@@ -174,6 +191,7 @@ class Parser {
     IterDomain* id = fusion_->newIterDomainNamed(name, extent, type);
     id->parallelize(pt);
     id->setRFactorProduct(rf);
+    id->setSwizzle(swizzle);
     ids_[name] = id;
     return id;
   }
@@ -293,7 +311,7 @@ class Parser {
     return it->second;
   }
 
-  // "T0", "S1_double" (an input), "2.5_float" (a constant).
+  // "T0", "S1_double" (an input), "2.5_float" (a constant), "S4{s0}_int" (an extent).
   Val* parseOperand(const std::string& text) {
     if (vals_.count(text)) return vals_.at(text);
     size_t underscore = text.rfind('_');
@@ -301,6 +319,13 @@ class Parser {
     DataType dtype = parseDtype(text.substr(underscore + 1));
     std::string value = text.substr(0, underscore);
     if (vals_.count(value)) return vals_.at(value);
+    size_t brace = value.find('{');
+    if (brace != std::string::npos && value[0] == 'S' && value.back() == '}') {
+      std::string extent = value.substr(brace + 1, value.size() - brace - 2);
+      Scalar* s = fusion_->newScalarNamed(std::stoll(value.substr(1, brace - 1)), dtype, std::nullopt, extent);
+      vals_[value] = s;
+      return s;
+    }
     char* end = nullptr;
     double v = std::strtod(value.c_str(), &end);
     fail(end != nullptr && *end == '\0', "operand '", text, "' is neither a known value nor a constant");
@@ -335,7 +360,7 @@ class Parser {
     size_t open = line.find('(', eq);
     fail(eq != std::string::npos && open != std::string::npos && line.back() == ')',
          "expected 'T<n> = op(operands)', got '", line, "'");
-    std::string out_name = line.substr(0, eq);
+    std::vector<std::string> out_names = splitTopLevel(line.substr(0, eq));  // several for attention
     std::string op_name = line.substr(eq + 3, open - eq - 3);
     const OpInfo* info = findOp(op_name);
     fail(info != nullptr, "unknown op '", op_name, "'");
@@ -351,17 +376,32 @@ class Parser {
       std::string value = arg.substr(key_end + 1);
       if (key == "dtype") attrs.dtype = parseDtype(value);
       else if (key == "shape") attrs.shape = parseInts(value);
-      else if (key == "dims" || key == "broadcast_dims") attrs.dims = parseInts(value);
+      else if (key == "dims" || key == "broadcast_dims" || key == "strides" || key == "pad_widths")
+        attrs.dims = parseInts(value);
+      else if (key == "dropout_p") attrs.dropout_p = parseNumber(value);
+      else if (key == "is_causal") attrs.is_causal = value == "true";
+      else if (key == "scale") attrs.scale = value == "none" ? std::nullopt : std::optional<double>(parseNumber(value));
       else fail(false, "unknown attribute '", key, "' of ", op_name);
     }
     fail(static_cast<int>(operands.size()) >= info->min_inputs && static_cast<int>(operands.size()) <= info->max_inputs,
          op_name, " takes ", info->min_inputs, "-", info->max_inputs, " operands, got ", operands.size());
-    fail(line_ < lines_.size(), "missing the output tensor of '", line, "'");
-    std::string header = trimmed(lines_[line_]);
-    next();
-    TensorView* out = parseTensor(header);
-    fail(out->toString() == out_name, "the expr defines ", out_name, " but the next line describes ", out->toString());
-    fusion_->newExpr(info->op, operands, {out}, attrs);
+    std::vector<Val*> outs;
+    for (const std::string& out_name : out_names) {
+      fail(line_ < lines_.size(), "missing the output tensor ", out_name, " of '", line, "'");
+      std::string header = trimmed(lines_[line_]);
+      next();
+      TensorView* out = parseTensor(header);
+      fail(out->toString() == out_name, "the expr defines ", out_name, " but the next line describes ", out->toString());
+      outs.push_back(out);
+    }
+    fusion_->newExpr(info->op, operands, outs, attrs);
+  }
+
+  double parseNumber(const std::string& text) {
+    char* end = nullptr;
+    double v = std::strtod(text.c_str(), &end);
+    fail(end != nullptr && *end == '\0' && !text.empty(), "expected a number, got '", text, "'");
+    return v;
   }
 
   std::unique_ptr<Fusion> fusion_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <iomanip>
 #include <map>
 #include <sstream>
 
@@ -22,6 +23,13 @@ std::string valName(const Val* v) {
   return s->value() ? s->toString() : s->toString() + "_" + toString(s->dtype());
 }
 
+// Full precision, as scalars print: the printed text is the cache key.
+std::string numberText(double x) {
+  std::ostringstream ss;
+  ss << std::setprecision(17) << x;
+  return ss.str();
+}
+
 std::string attrString(const Expr* e) {
   const ExprAttrs& a = e->attrs();
   unsigned mask = opInfo(e->op()).attrs;
@@ -30,6 +38,12 @@ std::string attrString(const Expr* e) {
   if (mask & kAttrShape) s += ", shape=" + listText(a.shape);
   if (mask & kAttrDims) s += ", dims=" + listText(a.dims);
   if (mask & kAttrBroadcastDims) s += ", broadcast_dims=" + listText(a.dims);
+  if (mask & kAttrAttention) {
+    s += ", dropout_p=" + numberText(a.dropout_p) + ", is_causal=" + (a.is_causal ? "true" : "false") +
+         ", scale=" + (a.scale ? numberText(*a.scale) : "none");
+  }
+  if (mask & kAttrStrides) s += ", strides=" + listText(a.dims);
+  if (mask & kAttrPadWidths) s += ", pad_widths=" + listText(a.dims);
   return s;
 }
 
@@ -86,15 +100,19 @@ std::string printFusion(const Fusion& f) {
     for (const auto& [a, b] : sorted) ss << " " << a << "=" << b;
     ss << "\n";
   }
+  if (!f.overlap().empty()) ss << "  overlap: " << f.overlap() << "\n";
   for (Val* in : f.inputs()) {
     ss << "  input ";
     if (in->isTensor()) ss << printTensor(static_cast<TensorView*>(in));
     else ss << valName(in) << "\n";
   }
   for (Expr* e : f.exprs()) {
-    ss << "  " << e->out()->toString() << " = " << toString(e->op()) << "(";
+    ss << "  ";
+    for (size_t i = 0; i < e->outputs().size(); ++i) ss << (i ? ", " : "") << e->output(i)->toString();
+    ss << " = " << toString(e->op()) << "(";
     for (size_t i = 0; i < e->inputs().size(); ++i) ss << (i ? ", " : "") << typedValName(e->input(i));
-    ss << attrString(e) << ")\n    " << printTensor(e->out());
+    ss << attrString(e) << ")\n";
+    for (const Val* out : e->outputs()) ss << "    " << printTensor(static_cast<const TensorView*>(out));
   }
   ss << "  outputs:";
   for (Val* out : f.outputs()) ss << " " << out->toString();

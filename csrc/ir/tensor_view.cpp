@@ -17,6 +17,7 @@ std::string IterDomain::toString() const {
   if (ptype_ != ParallelType::Serial) ss << mf::toString(ptype_);
   ss << name_ << "{" << extent_.toString() << "}";
   if (rfactor_product_) ss << "rf";
+  if (swizzle_ != ParallelType::Serial) ss << "~" << mf::toString(swizzle_);
   return ss.str();
 }
 
@@ -48,12 +49,18 @@ std::string Scalar::toString() const {
     ss << std::setprecision(17) << *value_;
     return ss.str();
   }
+  if (isExtent()) return "S" + std::to_string(name()) + "{" + extent_ + "}";
   return "S" + std::to_string(name());
 }
 
 TensorView* Expr::out() const {
   MF_CHECK(outputs_.size() == 1 && outputs_[0]->isTensor(), "expr has no single tensor output");
   return static_cast<TensorView*>(outputs_[0]);
+}
+
+TensorView* Expr::outTensor(size_t i) const {
+  MF_CHECK(i < outputs_.size() && outputs_[i]->isTensor(), "expr has no tensor output ", i);
+  return static_cast<TensorView*>(outputs_[i]);
 }
 
 TensorView::TensorView(int64_t name, DataType dtype, std::vector<IterDomain*> logical)
@@ -154,6 +161,14 @@ void TensorView::parallelize(int64_t axis_in, ParallelType pt) {
   fusion()->bump();
   int64_t a = normalizeAxis(axis_in, nDims(), "parallelize");
   loop_[a]->parallelize(pt);
+}
+
+void TensorView::swizzle1d(int64_t axis_in, ParallelType pt) {
+  fusion()->bump();
+  int64_t a = normalizeAxis(axis_in, nDims(), "swizzle1d");
+  MF_USER_ARG_CHECK(isDeviceParallel(pt), "swizzle1d: ", toString(), " axis ", axis_in,
+                    ": the ring runs along a mesh axis (ParallelType.mesh_x/y/z); got ", mf::toString(pt));
+  loop_[a]->setSwizzle(pt);
 }
 
 void TensorView::setAllocationAsLoop() {

@@ -33,12 +33,29 @@ void Communicator::init(const std::string& world_group, const std::string& cpu_g
   initialized_ = true;
 }
 
+namespace {
+bool hasCpuBackend(c10d::ProcessGroup& group) {
+  try {
+    return group.getBackend(c10::DeviceType::CPU) != nullptr;
+  } catch (const c10::Error&) {
+    return false;
+  }
+}
+}  // namespace
+
 void Communicator::initFromGroups(c10::intrusive_ptr<c10d::ProcessGroup> world,
                                   c10::intrusive_ptr<c10d::ProcessGroup> cpu, int64_t local_rank,
-                                  int64_t local_size) {
+                                  int64_t local_size, bool control_over_store) {
   MF_USER_ARG_CHECK(world, "Communicator: the world process group is null");
   world_ = std::move(world);
   cpu_ = cpu ? std::move(cpu) : world_;
+  control_store_.reset();
+  if (world_->getSize() > 1 && (control_over_store || !hasCpuBackend(*cpu_))) {
+    control_store_ = world_->getStore();
+    MF_USER_ARG_CHECK(control_store_, "Communicator: the control group has no CPU backend (",
+                      cpu_->getBackendName(), ") and the world group has no store to carry control messages; pass ",
+                      "Options::control_group, a Gloo group over the same ranks");
+  }
   rank_ = world_->getRank();
   size_ = world_->getSize();
   local_rank_ = local_rank >= 0 ? local_rank : rank_;
@@ -51,12 +68,25 @@ void Communicator::initFromGroups(c10::intrusive_ptr<c10d::ProcessGroup> world,
   initialized_ = true;
 }
 
+Communicator::~Communicator() {
+  if (!owns_groups_) return;
+  try {
+    for (auto& [team, group] : teams_) {
+      if (group && group != world_) group->shutdown();
+    }
+    if (world_) world_->shutdown();
+  } catch (const std::exception&) {
+    // A group that cannot shut down cleanly (a peer gone) is released by its destructor anyway.
+  }
+}
+
 void Communicator::shutdown() {
   // The bindings call this without the GIL: dropping the last reference to a Gloo group joins its
   // worker threads, and one of them may be freeing a Python-owned tensor (which takes the GIL).
   teams_.clear();
   world_.reset();
   cpu_.reset();
+  control_store_.reset();
   team_factory_ = nullptr;
   initialized_ = false;
 }
@@ -113,6 +143,10 @@ c10::intrusive_ptr<c10d::Backend> Communicator::backend(const std::vector<int64_
 void Communicator::barrier() {
   checkInitialized();
   if (size_ == 1) return;
+  if (control_store_) {
+    exchange({0}, "barrier");
+    return;
+  }
   cpu_->getBackend(c10::DeviceType::CPU)->barrier()->wait();
 }
 
@@ -135,6 +169,10 @@ Communicator::PendingExchange Communicator::postExchange(const std::vector<int64
     return p;
   }
   p.out = at::empty({n * size_}, at::kLong);
+  if (control_store_) {
+    postToStore(p);
+    return p;
+  }
   try {
     p.work = cpu_->getBackend(c10::DeviceType::CPU)->_allgather_base(p.out, p.in);
   } catch (const std::exception& e) {
@@ -144,6 +182,7 @@ Communicator::PendingExchange Communicator::postExchange(const std::vector<int64
 }
 
 std::vector<int64_t> Communicator::finishExchange(PendingExchange& p) {
+  if (p.store_round >= 0) finishFromStore(p);
   if (p.work) {
     try {
       p.work->wait();

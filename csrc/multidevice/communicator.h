@@ -23,6 +23,7 @@ class Communicator {
   // (the public meshfuser::Communicator) and pass it to the executor.
   static Communicator& instance();
   Communicator() = default;
+  ~Communicator();
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
@@ -34,12 +35,17 @@ class Communicator {
             int64_t local_rank, int64_t local_size);
   // From process groups the caller already has (C++ embedders). cpu may be null (then world serves
   // control messages too). Teams are split from world (see setTeamFactory) unless a factory is set.
+  // Control messages go over the world group's store instead of a CPU collective when
+  // `control_over_store` is set or when the control group has no CPU backend (an NCCL-only group).
   void initFromGroups(c10::intrusive_ptr<c10d::ProcessGroup> world, c10::intrusive_ptr<c10d::ProcessGroup> cpu,
-                      int64_t local_rank, int64_t local_size);
+                      int64_t local_rank, int64_t local_size, bool control_over_store = false);
   bool initialized() const { return initialized_; }
   const c10::intrusive_ptr<c10d::ProcessGroup>& worldGroup() const { return world_; }
   // Drops every process group reference (called at interpreter exit, before torch tears c10d down).
   void shutdown();
+  // The groups were made by meshfuser (Communicator::fromEnvironment): shut them down (NCCL's
+  // communicators are destroyed) when this Communicator goes away, not at process exit.
+  void setOwnsGroups(bool owns) { owns_groups_ = owns; }
   int64_t rank() const { return rank_; }
   int64_t size() const { return size_; }
   int64_t localRank() const { return local_rank_; }
@@ -64,6 +70,7 @@ class Communicator {
     c10::intrusive_ptr<c10d::Work> work;
     at::Tensor in, out;
     std::string what;
+    int64_t store_round = -1;  // >= 0: posted to the control store in this round
   };
   PendingExchange postExchange(const std::vector<int64_t>& mine, const std::string& what);
   std::vector<int64_t> finishExchange(PendingExchange& pending);
@@ -90,6 +97,9 @@ class Communicator {
   static int64_t indexIn(const std::vector<int64_t>& team, int64_t rank);
 
  private:
+  void postToStore(PendingExchange& p);
+  void finishFromStore(PendingExchange& p);
+  std::string controlKey(int64_t round, int64_t rank) const;
   [[noreturn]] void failExchange(const std::string& what, const std::exception& e);
   void checkInitialized() const;
   void checkTeam(const std::vector<int64_t>& team) const;
@@ -99,11 +109,14 @@ class Communicator {
   int64_t rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
   c10::intrusive_ptr<c10d::ProcessGroup> world_;
   c10::intrusive_ptr<c10d::ProcessGroup> cpu_;
+  // Set when control messages travel through the rendezvous store (no CPU backend available).
+  c10::intrusive_ptr<c10d::Store> control_store_;
   TeamFactory team_factory_;
   int64_t id_ = 0;  // distinguishes the teams of several Communicators on one world group
   std::map<std::vector<int64_t>, c10::intrusive_ptr<c10d::ProcessGroup>> teams_;
   int64_t rounds_ = 0;
   std::string broken_reason_;
+  bool owns_groups_ = false;
 };
 
 }  // namespace mf

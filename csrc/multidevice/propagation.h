@@ -2,6 +2,7 @@
 // Used by propagate_shardings and decompose_reshardings.
 #pragma once
 
+#include <set>
 #include <vector>
 
 #include "ir/nodes.h"
@@ -16,11 +17,14 @@ namespace mf {
 bool shardAxis(TensorView* tv, int64_t axis, ParallelType pt, int64_t num_devices, bool whole_axis,
                bool beside_other_kind = false);
 
-// Copies the producer's (input `input_index` of e) shardings for `pts` onto e's output.
-// Sets the output's mesh from the producer when it has none.
-void shardConsumerLikeProducer(const Expr* e, size_t input_index, const std::vector<ParallelType>& pts);
+// Copies the producer's (input `input_index` of e) shardings for `pts` onto e's outputs (those
+// that hold input data), leaving the outputs in `keep` as they are. Sets an output's mesh from the
+// producer when it has none.
+void shardConsumerLikeProducer(const Expr* e, size_t input_index, const std::vector<ParallelType>& pts,
+                               const std::set<const TensorView*>* keep = nullptr);
 // Copies the consumer's shardings for `pts` (reduction DIDs included, through the consumer's
-// root) back onto `producer`, which plays the role of input `input_index` of e.
+// root) back onto `producer`, which plays the role of input `input_index` of e. With several
+// outputs, each parallel type comes from the first output that maps it onto the producer.
 void shardProducerLikeConsumer(const Expr* e, size_t input_index, TensorView* producer,
                                const std::vector<ParallelType>& pts, bool include_reduction_dids);
 

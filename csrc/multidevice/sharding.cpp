@@ -102,10 +102,34 @@ std::vector<int64_t> localShape(const TensorView* tv, const std::vector<int64_t>
   return local;
 }
 
-std::vector<ParallelType> reshardedTypes(const Expr* e, size_t input_index) {
+std::vector<size_t> dataOutputs(const Expr* e) {
+  const auto& free = opInfo(e->op()).sharding_free_outputs;
+  std::vector<size_t> outs;
+  for (size_t o = 0; o < e->outputs().size(); ++o) {
+    if (!e->output(o)->isTensor()) continue;
+    if (std::find(free.begin(), free.end(), static_cast<int>(o)) != free.end()) continue;
+    outs.push_back(o);
+  }
+  return outs;
+}
+
+namespace {
+
+// Whether a tensor input of e other than `input_index` maps one of its axes onto `axis` of output
+// `output_index`.
+bool otherInputMapsOnto(const Expr* e, size_t input_index, size_t output_index, int64_t axis) {
+  for (size_t i = 0; i < e->inputs().size(); ++i) {
+    if (i == input_index || !e->input(i)->isTensor()) continue;
+    auto map = mapProducerToConsumer(e, i, output_index);
+    if (std::find(map.begin(), map.end(), axis) != map.end()) return true;
+  }
+  return false;
+}
+
+std::vector<ParallelType> reshardedTypesTo(const Expr* e, size_t input_index, size_t output_index) {
   std::vector<ParallelType> changed;
   auto* producer = static_cast<const TensorView*>(e->input(input_index));
-  const TensorView* consumer = e->out();
+  const TensorView* consumer = e->outTensor(output_index);
   if (!producer->hasMesh() && !consumer->hasMesh()) return changed;
   bool meshes_differ = producer->mesh() != consumer->mesh();
   std::vector<int64_t> p2c;
@@ -118,15 +142,20 @@ std::vector<ParallelType> reshardedTypes(const Expr* e, size_t input_index) {
       continue;
     }
     if (!p_has && !c_has) continue;
-    if (p2c.empty()) p2c = mapProducerToConsumer(e, input_index);
+    if (p2c.empty()) p2c = mapProducerToConsumer(e, input_index, output_index);
     if (!p_has) {
       // The consumer shards an axis this producer does not have (e.g. the weight's out_features
       // seen from a replicated input): every device already holds what it needs.
-      // Not so for an op that regroups the producer's axes (reshape): every consumer axis holds
-      // producer data there.
+      // Not so for an op that regroups the producer's axes (reshape, attention): there an output
+      // axis split across devices must be the split of an input axis that maps onto it, from
+      // this producer or another one (attention's query sequence, not seen from k or v).
       DeviceSplit cs = deviceSplit(consumer, pt, /*to_root=*/true);
       bool fresh_axis = std::find(p2c.begin(), p2c.end(), cs.axis) == p2c.end();
-      if (fresh_axis && !opInfo(e->op()).regroups_axes) continue;
+      // A producer without axes holds one value, which every device has.
+      if (fresh_axis && (!opInfo(e->op()).regroups_axes || p2c.empty() ||
+                         otherInputMapsOnto(e, input_index, output_index, cs.axis))) {
+        continue;
+      }
     }
     if (p_has != c_has) {
       changed.push_back(pt);
@@ -137,6 +166,19 @@ std::vector<ParallelType> reshardedTypes(const Expr* e, size_t input_index) {
     ps.axis = p2c[ps.axis];
     if (!(ps == cs) || ps.axis < 0) changed.push_back(pt);
   }
+  return changed;
+}
+
+}  // namespace
+
+std::vector<ParallelType> reshardedTypes(const Expr* e, size_t input_index) {
+  std::vector<ParallelType> changed;
+  for (size_t o : dataOutputs(e)) {
+    for (ParallelType pt : reshardedTypesTo(e, input_index, o)) {
+      if (std::find(changed.begin(), changed.end(), pt) == changed.end()) changed.push_back(pt);
+    }
+  }
+  std::sort(changed.begin(), changed.end());
   return changed;
 }
 

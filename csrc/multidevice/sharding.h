@@ -43,7 +43,11 @@ std::vector<int64_t> localShape(const TensorView* tv, const std::vector<int64_t>
 // True when `e` moves data between devices for some device parallel type: the producer's and the
 // consumer's DIDs do not index the same mapped logical positions, or the meshes differ.
 bool isResharding(const Expr* e);
-// The device parallel types whose sharding differs between input `input_index` and the output.
+// The device parallel types whose sharding differs between input `input_index` and the output
+// (any of the outputs that hold input data, for an op of several outputs), in enum order.
 std::vector<ParallelType> reshardedTypes(const Expr* e, size_t input_index);
+// Indices of e's tensor outputs that hold input data: all but the registry's sharding-free ones
+// (attention's RNG state), which are replicated whatever the inputs' shardings.
+std::vector<size_t> dataOutputs(const Expr* e);
 
 }  // namespace mf

@@ -9,11 +9,16 @@
 //      one ReduceScatter, and the bias is added to the scattered result;
 //   2. rfactors reductions with a device-parallel reduction split into a local partial op plus a
 //      reduction over the device axis (seed 001);
-//   3. inserts sets: after an op with one tensor input (the op runs on the input's sharding), before
-//      each input of an n-ary op whose sharding differs from what the op needs;
+//   3. inserts sets: after an op with one tensor input (the op runs on the input's sharding), after
+//      an op whose output is sharded on an axis no input maps to (cat's axis: a local slice),
+//      before each input of an n-ary op whose sharding differs from what the op needs;
 //   4. splits a set that changes several mesh axes into a chain of sets changing one each.
+//   An op of several outputs (attention) first gets, for each output sharded otherwise than its
+//   inputs make it, a fresh output sharded as the inputs make it plus a set into the original;
+//   then its inputs are resharded before it as in 3.
 #include <algorithm>
 
+#include "ir/domain_map.h"
 #include "ir/fusion.h"
 #include "multidevice/propagation.h"
 #include "multidevice/sharding.h"
@@ -75,6 +80,16 @@ void copyShardings(const TensorView* src, TensorView* dst) {
     if (in == logical.end()) continue;
     shardAxis(dst, in - logical.begin(), id->parallelType(), src->mesh().size(id->parallelType()), false, true);
   }
+}
+
+// Whether a and b (same logical layout) are split across devices alike.
+bool sameSharding(const TensorView* a, const TensorView* b) {
+  if (a->mesh() != b->mesh()) return false;
+  for (ParallelType pt : kDeviceParallelTypes) {
+    bool sa = shardedLoopId(a, pt) != nullptr, sb = shardedLoopId(b, pt) != nullptr;
+    if (sa != sb || (sa && !(deviceSplit(a, pt) == deviceSplit(b, pt)))) return false;
+  }
+  return true;
 }
 
 // 1. out = linear(x, w, b) with a sharded contraction -> t = linear(x, w); out = add(t, b).
@@ -147,9 +162,14 @@ bool reshardBefore(Fusion& f, Expr* e) {
     if (!e->input(i)->isTensor() || reshardedTypes(e, i).empty()) continue;
     auto* in = static_cast<TensorView*>(e->input(i));
     TensorView* resharded = newTensorLike(in);
-    resharded->setDeviceMesh(e->out()->mesh());
-    f.newExpr(OpType::Set, {in}, {resharded});
+    resharded->setDeviceMesh(e->outTensor(0)->mesh());
     shardProducerLikeConsumer(e, i, resharded, kAllDids, /*include_reduction_dids=*/true);
+    // Another consumer may already reshard `in` this way (attention's backward reads the
+    // forward's operands again): share that communication.
+    for (Expr* use : in->uses()) {
+      if (use != e && use->op() == OpType::Set && sameSharding(use->out(), resharded)) resharded = use->out();
+    }
+    if (resharded->definition() == nullptr) f.newExpr(OpType::Set, {in}, {resharded});
     f.replaceInputOf(e, in, resharded);
     changed = true;
   }
@@ -162,6 +182,38 @@ bool copyShardingOf(const TensorView* src, TensorView* dst, ParallelType pt) {
   if (shardedLoopId(src, pt) == nullptr) return true;
   DeviceSplit s = deviceSplit(src, pt);
   return shardAxis(dst, s.axis, pt, s.num_devices, s.whole_axis);
+}
+
+// 3c. An op that cannot run on its input's sharding and whose output is sharded on an axis no input
+// axis maps to (cat's concatenated axis, a sliced or padded one): t = op(inputs) unsharded there,
+// then out = set(t) (a local slice). No producer sharding could make such an op local.
+bool reshardFreshAxesAfter(Fusion& f, Expr* e) {
+  if (!opInfo(e->op()).regroups_axes) return false;
+  TensorView* out = e->out();
+  std::vector<ParallelType> fresh;
+  for (ParallelType pt : kDeviceParallelTypes) {
+    if (shardedLoopId(out, pt) == nullptr) continue;
+    int64_t axis = deviceSplit(out, pt, /*to_root=*/true).axis;
+    bool mapped = false;
+    for (size_t i = 0; i < e->inputs().size(); ++i) {
+      if (!e->input(i)->isTensor()) continue;
+      auto p2c = mapProducerToConsumer(e, i);
+      mapped |= std::find(p2c.begin(), p2c.end(), axis) != p2c.end();
+    }
+    if (!mapped) fresh.push_back(pt);
+  }
+  if (fresh.empty()) return false;
+  TensorView* t = newTensorLike(out);
+  for (ParallelType pt : kDeviceParallelTypes) {
+    if (std::find(fresh.begin(), fresh.end(), pt) == fresh.end()) copyShardingOf(out, t, pt);
+  }
+  std::vector<Val*> inputs = e->inputs();
+  ExprAttrs attrs = e->attrs();
+  OpType op = e->op();
+  f.unlink(e);
+  f.newExpr(op, inputs, {t}, attrs);
+  f.newExpr(OpType::Set, {t}, {out});
+  return true;
 }
 
 // out = set(in) changing several device parallel types -> a chain of sets, each changing one.
@@ -231,6 +283,46 @@ bool chainSets(Fusion& f, Expr* e, std::vector<ParallelType> changed) {
   return build(states);
 }
 
+// Output `o` of e as its inputs shard it: each parallel type from the first input that has it on
+// an axis mapping onto the output. A fresh tensor, not yet part of the fusion's graph.
+TensorView* outputAsInputsShardIt(const Expr* e, size_t o) {
+  TensorView* out = e->outTensor(o);
+  TensorView* t = newTensorLike(out);
+  for (size_t i = 0; i < e->inputs().size(); ++i) {
+    if (!e->input(i)->isTensor()) continue;
+    auto* in = static_cast<TensorView*>(e->input(i));
+    if (!in->hasMesh() || in->mesh() != t->mesh()) continue;
+    auto p2c = mapProducerToConsumer(e, i, o);
+    for (ParallelType pt : kDeviceParallelTypes) {
+      if (shardedLoopId(in, pt) == nullptr) continue;
+      DeviceSplit s = deviceSplit(in, pt);
+      if (p2c[s.axis] >= 0) shardAxis(t, p2c[s.axis], pt, s.num_devices, s.whole_axis);
+    }
+  }
+  return t;
+}
+
+// 3c. An op of several outputs computes each output sharded as its inputs make it; an output
+// sharded otherwise is set from that result (reshard after, one set per output).
+bool reshardOutputsAfter(Fusion& f, Expr* e) {
+  std::vector<Val*> outs = e->outputs();
+  std::vector<std::pair<TensorView*, TensorView*>> sets;  // (computed, wanted)
+  for (size_t o : dataOutputs(e)) {
+    TensorView* natural = outputAsInputsShardIt(e, o);
+    if (sameSharding(natural, e->outTensor(o))) continue;
+    sets.emplace_back(natural, e->outTensor(o));
+    outs[o] = natural;
+  }
+  if (sets.empty()) return false;
+  OpType op = e->op();
+  std::vector<Val*> inputs = e->inputs();
+  ExprAttrs attrs = e->attrs();
+  f.unlink(e);
+  f.newExpr(op, inputs, outs, attrs);
+  for (auto [computed, wanted] : sets) f.newExpr(OpType::Set, {computed}, {wanted});
+  return true;
+}
+
 bool decomposeOne(Fusion& f, Expr* e) {
   if (pullBiasAfterReduction(f, e)) return true;
   if (rfactorDeviceReduction(e)) return true;
@@ -245,7 +337,9 @@ bool decomposeOne(Fusion& f, Expr* e) {
   }
   int64_t tensor_inputs = 0;
   for (Val* v : e->inputs()) tensor_inputs += v->isTensor();
-  if (tensor_inputs == 1 && reshardAfter(f, e)) return true;
+  if (tensor_inputs == 1 && e->outputs().size() == 1 && reshardAfter(f, e)) return true;
+  if (e->outputs().size() > 1 && reshardOutputsAfter(f, e)) return true;
+  if (e->outputs().size() == 1 && reshardFreshAxesAfter(f, e)) return true;
   bool changed = reshardBefore(f, e);
   MF_CHECK(changed && !isResharding(e), "could not decompose resharding expr ", e->toString());
   return true;

@@ -63,8 +63,9 @@ int64_t staticNumel(const TensorView* tv) {
 // moves at least (d-1)/d of itself): (d-1)/d |out| for a ReduceScatter, twice that for an Allreduce.
 // With symbolic extents the partial result is assumed cheaper (the operands hold the contraction).
 void addReductionSplitIfCheaper(Expr* e, ParallelType pt) {
+  if (!reduces(e->op())) return;
   TensorView* out = e->out();
-  if (!reduces(e->op()) || !out->hasMesh() || !out->mesh().hasParallelType(pt)) return;
+  if (!out->hasMesh() || !out->mesh().hasParallelType(pt)) return;
   for (IterDomain* id : out->loop()) {
     if (id->parallelType() == pt && id->isReduction()) return;
   }
@@ -107,14 +108,15 @@ class PropagateShardingsPass : public Pass {
     std::vector<ParallelType> all(std::begin(kDeviceParallelTypes), std::end(kDeviceParallelTypes));
     auto exprs = fusion.exprs();
     for (Expr* e : exprs) {
-      TensorView* out = e->out();
-      if (annotated.count(out)) continue;
+      bool all_annotated = true;
+      for (Val* out : e->outputs()) all_annotated &= annotated.count(static_cast<TensorView*>(out)) > 0;
+      if (all_annotated) continue;
       for (size_t i : referenceOrder(e)) {
-        shardConsumerLikeProducer(e, i, all);
+        shardConsumerLikeProducer(e, i, all, &annotated);
       }
     }
     for (Expr* e : exprs) {
-      if (!annotated.count(e->out())) continue;
+      if (e->outputs().size() != 1 || !annotated.count(e->out())) continue;
       for (ParallelType pt : all) addReductionSplitIfCheaper(e, pt);
     }
     for (auto it = exprs.rbegin(); it != exprs.rend(); ++it) {
@@ -124,7 +126,7 @@ class PropagateShardingsPass : public Pass {
         auto* in = static_cast<TensorView*>(e->input(i));
         if (annotated.count(in)) continue;
         if (fusion.isInput(in)) {
-          if (!in->hasMesh()) in->setDeviceMesh(e->out()->mesh());
+          if (!in->hasMesh()) in->setDeviceMesh(e->outTensor(0)->mesh());
           continue;
         }
         shardProducerLikeConsumer(e, i, in, all, /*include_reduction_dids=*/false);

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "host/communication_bytes.h"
+#include "ir/extent_expr.h"
 #include "multidevice/communicator.h"
 #include "multidevice/sharding.h"
 #include "ir/printer.h"
@@ -47,6 +48,10 @@ std::string FusionExecutor::validate(const std::vector<RuntimeValue>& inputs, Ex
     const RuntimeValue& rv = inputs[i];
     if (!v->isTensor()) {
       if (rv.is_tensor) return mf::str("input ", i, " must be a scalar (", toString(v->dtype()), ") but got a tensor");
+      // An integer scalar may be an extent (a slice bound, a reshape size): bound under its name.
+      if (isIntegral(v->dtype()) && rv.scalar.isIntegral(/*includeBool=*/false)) {
+        bindings[v->toString()] = rv.scalar.toLong();
+      }
       continue;
     }
     if (!rv.is_tensor) return mf::str("input ", i, " (", v->toString(), ") must be a tensor but got a scalar");
@@ -123,7 +128,11 @@ std::vector<std::pair<int64_t, int64_t>> FusionExecutor::communicationBytes() co
 }
 
 std::string FusionExecutor::hostProgramText() const {
-  return program_->toString(segmentSchedulers(), communicationBytes());
+  std::vector<int64_t> loop_chunks;
+  for (const StreamLoop& loop : program_->streamLoops()) {
+    loop_chunks.push_back(effectiveChunks(loop, globalRows(loop, last_bindings_)));
+  }
+  return program_->toString(segmentSchedulers(), communicationBytes(), loop_chunks);
 }
 
 std::string FusionExecutor::checkRunnable(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings) const {
@@ -136,6 +145,8 @@ std::string FusionExecutor::checkRunnable(const std::vector<RuntimeValue>& input
                      " tensor; execute runs on CPU or CUDA tensors (meta tensors only work with cuda_kernels)");
     }
   }
+  std::string stream_error = checkStreamLoopExtents(*program_, bindings);
+  if (!stream_error.empty()) return stream_error;
   // Uneven shards are refused everywhere, not only at inputs: a replicated tensor sharded later (a
   // LocalSlice) or an output whose extent is bound at run time must split evenly too.
   for (const TensorView* tv : sharded_tensors_) {
@@ -143,12 +154,9 @@ std::string FusionExecutor::checkRunnable(const std::vector<RuntimeValue>& input
     auto shards = shardsPerAxis(tv);
     for (size_t a = 0; a < ids.size() && a < shards.size(); ++a) {
       if (shards[a] <= 1 || ids[a]->isDeviceDim()) continue;
-      int64_t global = ids[a]->extent().value;
-      if (!ids[a]->extent().isConst()) {
-        auto it = bindings.find(f.canonicalSymbol(ids[a]->extent().symbol));
-        if (it == bindings.end()) continue;
-        global = it->second;
-      }
+      std::optional<int64_t> extent = evaluateExtent(f, ids[a]->extent(), bindings);
+      if (!extent) continue;
+      int64_t global = *extent;
       if (global % shards[a] == 0) continue;
       std::string role = "tensor";
       for (size_t k = 0; k < f.inputs().size(); ++k) {
@@ -217,8 +225,9 @@ void injectFault(const char* where, int64_t rank) {
   MF_THROW_USER("execute: fault injected on rank ", rank, " ", where, " (MESHFUSER_INJECT_FAULT)");
 }
 
-// A c10d operation failed after the ranks agreed (a peer died, failed, or timed out): the groups
-// may hold unmatched operations from now on.
+}  // namespace
+
+// The groups may hold unmatched operations from now on.
 UserError collectiveFailure(Communicator& comm, const Communication& c, int64_t rank, const std::exception& e) {
   std::string cause = e.what();
   if (auto* ce = dynamic_cast<const c10::Error*>(&e)) cause = ce->what_without_backtrace();
@@ -227,7 +236,6 @@ UserError collectiveFailure(Communicator& comm, const Communication& c, int64_t 
   return UserError(mf::str("execute: ", reason, ": another rank of its team failed, died, or did not reach this ",
                            "communication within the timeout (MESHFUSER_PG_TIMEOUT_S)"));
 }
-}  // namespace
 
 std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings,
                                                   CallAgreement* pending) {
@@ -310,6 +318,21 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
         break;
       }
       case HostInstruction::Kind::Deallocate: values.erase(inst.tv); break;
+      case HostInstruction::Kind::StreamLoop: {
+        if (pending) pending->finish();  // nothing is posted before the ranks agreed
+        RECORD_FUNCTION("meshfuser::stream_loop", std::vector<c10::IValue>());
+        const Communication& c = program_->communications()[program_->streamLoops()[inst.index].communication];
+        try {
+          runStreamLoop(inst.index, values, scalars, bindings);
+        } catch (const UserError&) {
+          throw;
+        } catch (const InternalError&) {
+          throw;
+        } catch (const std::exception& e) {
+          throw collectiveFailure(*comm_, c, program_->rank(), e);
+        }
+        break;
+      }
     }
   }
   if (pending) pending->finish();
@@ -328,17 +351,21 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
       outputs.push_back(at::empty({0}, at::TensorOptions().dtype(toAten(tv->dtype())).device(dev)));
       continue;
     }
-    outputs.push_back(it->second.is_contiguous() ? it->second : it->second.contiguous());
+    outputs.push_back(withStrideOrder(it->second, tv->strideOrder()));
   }
   return outputs;
 }
 
-namespace {
-RuntimeValue scalarValue(const Val* v, const std::unordered_map<const Val*, c10::Scalar>& scalars) {
+RuntimeValue scalarRuntimeValue(const Val* v, const std::unordered_map<const Val*, c10::Scalar>& scalars,
+                                const ExtentBindings& bindings) {
   auto* s = static_cast<const Scalar*>(v);
   RuntimeValue rv;
   rv.is_tensor = false;
-  if (s->value()) {
+  if (s->isExtent()) {
+    std::optional<int64_t> extent = evaluateExtent(*s->fusion(), Extent{-1, s->extent()}, bindings);
+    MF_USER_CHECK(extent.has_value(), s->toString(), ": the extent ", s->extent(), " is not known on this rank");
+    rv.scalar = c10::Scalar(*extent);
+  } else if (s->value()) {
     double x = *s->value();
     rv.scalar = isFloatingPoint(s->dtype()) ? c10::Scalar(x)
                 : s->dtype() == DataType::Bool ? c10::Scalar(x != 0)
@@ -348,6 +375,9 @@ RuntimeValue scalarValue(const Val* v, const std::unordered_map<const Val*, c10:
   }
   return rv;
 }
+
+namespace {
+
 // The ATen evaluator over `exprs` in order, reading and writing `values`.
 void evaluateExprs(const std::vector<Expr*>& exprs, std::unordered_map<const Val*, at::Tensor>& values,
                    const std::unordered_map<const Val*, c10::Scalar>& scalars, const ExtentBindings& bindings) {
@@ -356,7 +386,7 @@ void evaluateExprs(const std::vector<Expr*>& exprs, std::unordered_map<const Val
     ins.reserve(e->inputs().size());
     for (const Val* v : e->inputs()) {
       if (!v->isTensor()) {
-        ins.push_back(scalarValue(v, scalars));
+        ins.push_back(scalarRuntimeValue(v, scalars, bindings));
         continue;
       }
       auto it = values.find(v);
@@ -365,7 +395,8 @@ void evaluateExprs(const std::vector<Expr*>& exprs, std::unordered_map<const Val
       rv.tensor = it->second;
       ins.push_back(std::move(rv));
     }
-    values[e->out()] = evaluateExpr(e, ins, bindings);
+    std::vector<at::Tensor> results = evaluateExpr(e, ins, bindings);
+    for (size_t i = 0; i < results.size(); ++i) values[e->output(i)] = std::move(results[i]);
   }
 }
 
@@ -384,7 +415,7 @@ void FusionExecutor::runSegment(int64_t index, std::unordered_map<const Val*, at
   }
   if (kernels_.size() != program_->segments().size()) kernels_.resize(program_->segments().size());
   kernels_[index].run(exprs, program_->fusion(), values, eval,
-                      [&](const Val* v) { return scalarValue(v, scalars).scalar.toDouble(); },
+                      [&](const Val* v) { return scalarRuntimeValue(v, scalars, bindings).scalar.toDouble(); },
                       /*launch=*/true, "segment " + std::to_string(index));
 }
 
@@ -421,6 +452,10 @@ std::vector<std::string> FusionExecutor::generatedKernels(const std::vector<Runt
       const Communication& c = program_->communications()[inst.index];
       auto shape = localShape(c.output, globalShape(c.output, bindings));
       values[c.output] = at::empty(shape, at::TensorOptions().dtype(toAten(c.output->dtype())).device(at::kMeta));
+    } else if (inst.kind == HostInstruction::Kind::StreamLoop) {
+      const TensorView* result = program_->streamLoops()[inst.index].result;
+      auto shape = localShape(result, globalShape(result, bindings));
+      values[result] = at::empty(shape, at::TensorOptions().dtype(toAten(result->dtype())).device(at::kMeta));
     }
   }
   return sources;

@@ -18,6 +18,7 @@
 #include "multidevice/communicator.h"
 #include "runtime/aten_evaluator.h"
 #include "runtime/segment_kernels.h"
+#include "support/error.h"
 #include "support/text.h"
 
 namespace mf {
@@ -55,6 +56,9 @@ class FusionExecutor {
   void runPointToPoint(const Communication& c, std::unordered_map<const Val*, at::Tensor>& values,
                        const ExtentBindings& bindings, std::vector<c10::intrusive_ptr<c10d::Work>>& works);
 
+  // One stream-parallel loop of contraction + communication chunks (run_stream_loop.cpp).
+  void runStreamLoop(int64_t index, std::unordered_map<const Val*, at::Tensor>& values,
+                     const std::unordered_map<const Val*, c10::Scalar>& scalars, const ExtentBindings& bindings);
   void runSegment(int64_t index, std::unordered_map<const Val*, at::Tensor>& values,
                   const std::unordered_map<const Val*, c10::Scalar>& scalars, const ExtentBindings& bindings,
                   bool allow_kernels);
@@ -77,6 +81,14 @@ class FusionExecutor {
 // A user error, naming the mesh, when `program` spans several devices and `comm` is not initialized
 // (run_communication.cpp): without it, communications would be skipped and the result wrong.
 void requireCommunicatorFor(const HostProgram& program, const Communicator& comm);
+
+// The runtime value of a scalar operand: its constant, or the value bound for this call.
+RuntimeValue scalarRuntimeValue(const Val* v, const std::unordered_map<const Val*, c10::Scalar>& scalars,
+                                const ExtentBindings& bindings);
+
+// A c10d operation of `c` failed after the ranks agreed (a peer died, failed, or timed out): marks
+// the Communicator broken and returns the user error to raise.
+UserError collectiveFailure(Communicator& comm, const Communication& c, int64_t rank, const std::exception& e);
 
 // Signature of the inputs of one call: dtypes, sizes, device.
 std::vector<int64_t> inputSignature(const std::vector<RuntimeValue>& inputs);

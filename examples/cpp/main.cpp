@@ -6,15 +6,26 @@
 // or without any Python:
 //   for r in 0 1; do RANK=$r WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=29531 ./seed001 & done; wait
 //
+// `./seed001 cuda` runs on cuda:LOCAL_RANK with NCCL instead of on CPUs with Gloo.
+//
 // Every rank computes the unsharded reference from the same seed and checks its own shard.
 #include <meshfuser/meshfuser.h>
 
 #include <iostream>
+#include <string>
 
-int main() {
+int main(int argc, char** argv) {
   using meshfuser::ParallelType;
+  const std::string device_name = argc > 1 ? argv[1] : "cpu";
+  if (device_name != "cpu" && device_name != "cuda") {
+    std::cerr << "usage: seed001 [cpu|cuda]" << std::endl;
+    return 2;
+  }
+  const bool cuda = device_name == "cuda";
   try {
-    meshfuser::Communicator comm = meshfuser::Communicator::fromEnvironment();
+    meshfuser::Communicator comm =
+        meshfuser::Communicator::fromEnvironment(cuda ? c10::DeviceType::CUDA : c10::DeviceType::CPU);
+    const at::Device device = cuda ? at::Device(at::kCUDA, comm.localRank()) : at::Device(at::kCPU);
     const int64_t d = comm.size(), rank = comm.rank();
     const int64_t e = 16, batch = 2, seq = 8 * d;
     auto mesh = meshfuser::DeviceMesh::range(d);
@@ -33,15 +44,16 @@ int main() {
     at::Tensor full_inp = at::randn({batch, seq, d * e});
     at::Tensor full_weight = at::randn({e, d * e});
     meshfuser::Executor executor(fusion, comm);
-    std::vector<at::Tensor> outputs = executor.execute(
-        {full_inp.chunk(d, -1)[rank].contiguous(), full_weight.chunk(d, -1)[rank].contiguous()});
+    std::vector<at::Tensor> outputs = executor.execute({full_inp.chunk(d, -1)[rank].contiguous().to(device),
+                                                        full_weight.chunk(d, -1)[rank].contiguous().to(device)});
+    outputs[0] = outputs[0].cpu();
 
     at::Tensor expected = at::linear(full_inp, full_weight).chunk(d, 1)[rank];
     double max_error = (outputs[0] - expected).abs().max().item<double>();
     bool ok = outputs[0].sizes() == expected.sizes() && at::allclose(outputs[0], expected, 1e-4, 1e-3);
     if (rank == 0) std::cout << executor.hostProgram();
     comm.barrier();
-    std::cout << "rank " << rank << " of " << d << ": seed 001 output shard " << outputs[0].sizes()
+    std::cout << "rank " << rank << " of " << d << " (" << device << "): seed 001 output shard " << outputs[0].sizes()
               << (ok ? " matches" : " DOES NOT match") << " the unsharded reference (max abs error " << max_error
               << ")" << std::endl;
     comm.barrier();

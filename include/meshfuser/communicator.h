@@ -29,13 +29,19 @@ class Communicator {
     // A group over the same ranks for small control messages (input agreement before a program
     // first runs) that never touches a GPU stream; null: `world` itself.
     c10::intrusive_ptr<c10d::ProcessGroup> control_group;
+    // Carry control messages through the world group's store (its rendezvous TCPStore) instead
+    // of a CPU collective. Automatic when the control group has no CPU backend (an NCCL-only
+    // group with no Gloo); slower (one store round trip per rank and call), never wrong.
+    bool control_over_store = false;
   };
 
   explicit Communicator(c10::intrusive_ptr<c10d::ProcessGroup> world);
   Communicator(c10::intrusive_ptr<c10d::ProcessGroup> world, Options options);
 
   // From torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, LOCAL_RANK,
-  // LOCAL_WORLD_SIZE): a Gloo group for CPU tensors. Without RANK/WORLD_SIZE: rank 0 of 1.
+  // LOCAL_WORLD_SIZE): a Gloo group for CPU tensors, an NCCL group for CUDA tensors (on
+  // cuda:LOCAL_RANK; with Gloo for control messages when meshfuser was built with Gloo's headers,
+  // else the rendezvous store). Without RANK/WORLD_SIZE: rank 0 of 1.
   // Collectives time out after `timeout` (MESHFUSER_PG_TIMEOUT_S overrides the default).
   static Communicator fromEnvironment(c10::DeviceType device = c10::DeviceType::CPU,
                                       std::chrono::milliseconds timeout = std::chrono::minutes(10));

@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mf {  // meshfuser's internals, opaque here
@@ -59,6 +60,8 @@ class TensorView {
   TensorView& innerSplit(int64_t axis, int64_t factor) { return split(axis, factor, true); }
   TensorView& merge(int64_t axis);  // merges axis and axis + 1
   TensorView& parallelize(int64_t axis, ParallelType type);
+  // A Stream axis visits its chunks in ring order along mesh axis `type` (send/recv overlap).
+  TensorView& swizzle1d(int64_t axis, ParallelType type);
   TensorView& setAllocationAsLoop();
   int64_t ndim() const;  // of the loop domain
   std::string toString() const;  // e.g. "T2_float[i{s0}, iDIDx{2}, ...]"
@@ -84,6 +87,9 @@ class Fusion {
   TensorView defineTensor(const std::vector<int64_t>& shape, DataType dtype = DataType::Float);
   void addOutput(const TensorView& tv);
   std::string toString() const;  // the IR with meshes and parallel types
+  // Overlap of each linear's communication with its GEMM without a Stream schedule: "" (none),
+  // "auto", "ring" or "chunked" (README "Overlap").
+  void setOverlap(const std::string& mode);
 
   // Internal: the definition (used by Executor).
   const std::shared_ptr<mf::Fusion>& impl() const { return impl_; }
@@ -110,6 +116,15 @@ TensorView sum(const TensorView& x, const std::vector<int64_t>& dims);
 TensorView max(const TensorView& x, const std::vector<int64_t>& dims);
 TensorView permute(const TensorView& x, const std::vector<int64_t>& dims);
 TensorView reshape(const TensorView& x, const std::vector<int64_t>& shape);
+// PyTorch semantics (static bounds and widths; Python's fd.ops also takes scalar bounds).
+// Returns {var, mean}.
+std::pair<TensorView, TensorView> varMean(const TensorView& x, const std::vector<int64_t>& dims,
+                                          double correction = 1.0, bool keepdim = false);
+TensorView slice(const TensorView& x, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
+                 const std::vector<int64_t>& strides = {});
+TensorView cat(const std::vector<TensorView>& xs, int64_t dim);
+TensorView pad(const TensorView& x, const std::vector<int64_t>& pad_widths, double value = 0.0);
+TensorView strideOrder(const TensorView& x, const std::vector<int64_t>& stride_order);
 }  // namespace ops
 
 }  // namespace meshfuser

@@ -168,8 +168,10 @@ def _key(inputs, placements):
 class CompiledFunction:
     """The result of `compile(define_fn)`: call it with DTensors (and Python scalars)."""
 
-    def __init__(self, define_fn):
+    def __init__(self, define_fn, overlap=None):
         self._define_fn = define_fn
+        self._overlap = overlap
+        FusionDefinition(overlap=overlap)  # unknown modes raise here, not at the first call
         self._cache = {}
         self.__doc__ = getattr(define_fn, "__doc__", None)
         self.__name__ = getattr(define_fn, "__name__", "compiled")
@@ -198,7 +200,7 @@ class CompiledFunction:
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
     def _build(self, inputs, placements):
-        fd = FusionDefinition()
+        fd = FusionDefinition(overlap=self._overlap)
         with fd:
             self._define_fn(fd)
         fusion = fd.fusion
@@ -236,11 +238,12 @@ class CompiledFunction:
         return fd
 
 
-def compile(define_fn):
+def compile(define_fn, overlap=None):
     """`define_fn(fd)` defines a single-device fusion (global shapes, -1 allowed). The result, called
     with DTensors, builds (once per meshes, placements, dtypes and global shapes) and runs a sharded
-    definition, returning DTensors."""
-    return CompiledFunction(define_fn)
+    definition, returning DTensors. `overlap` ("auto", "ring", "chunked" or None) overlaps the
+    communication of each sharded linear with its GEMM (FusionDefinition.overlap)."""
+    return CompiledFunction(define_fn, overlap)
 
 
 # -- 2. fd.execute with DTensors ---------------------------------------------------------------------

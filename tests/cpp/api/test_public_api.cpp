@@ -53,6 +53,63 @@ TEST(PublicApiTest, SeedLinearReduceScatter) {
   EXPECT_TRUE(at::allclose(again[0], expected, 1e-4, 1e-3));
 }
 
+// The transformer-layer ops of meshfuser::ops, on one device's view: var_mean over a sharded axis
+// (partial sums + Allreduces), slice/cat/pad/stride_order of the result along unsharded axes.
+TEST(PublicApiTest, TransformerOpsAgainstATen) {
+  auto& comm = communicator();
+  const int64_t d = comm.size(), rank = comm.rank(), m = 3, k = 4 * d;
+  auto mesh = meshfuser::DeviceMesh::range(d);
+  meshfuser::Fusion f;
+  auto x = f.defineTensor({m, k});
+  auto [var, mean] = meshfuser::ops::varMean(x, {1}, 1.0, true);
+  auto both = meshfuser::ops::cat({var, mean}, 1);
+  auto padded = meshfuser::ops::pad(meshfuser::ops::slice(both, {1, 0}, {m, 2}), {0, 1}, -1.0);
+  auto out = meshfuser::ops::strideOrder(padded, {0, 1});
+  f.addOutput(out);
+  x.setDeviceMesh(mesh).outerSplit(1, d).parallelize(1, ParallelType::MeshX);
+
+  at::manual_seed(0);
+  at::Tensor full = at::randn({m, k});
+  meshfuser::Executor exec(f, comm);
+  auto outputs = exec.execute({full.chunk(d, 1)[rank].contiguous()});
+  auto [ref_var, ref_mean] = at::var_mean(full, {1}, /*correction=*/1, /*keepdim=*/true);
+  at::Tensor expected = at::constant_pad_nd(at::cat({ref_var, ref_mean}, 1).slice(0, 1, m), {0, 1}, -1.0);
+  EXPECT_TRUE(at::allclose(outputs.at(0), expected, 1e-5, 1e-5)) << outputs.at(0) << expected;
+  EXPECT_EQ(outputs.at(0).stride(0), 1);  // stride_order {0, 1}: axis 0 innermost
+  EXPECT_EQ(countStartingWith(exec.communications(), "Allreduce"), d > 1 ? 2 : 0) << exec.hostProgram();
+
+// The same layer with each device's output rows in 2 stream chunks (each chunk's ReduceScatter
+// overlapping the next chunk's GEMM), and with the overlap option (the ring) instead.
+TEST(PublicApiTest, SeedLinearReduceScatterOverlapped) {
+  auto& comm = communicator();
+  const int64_t d = comm.size(), rank = comm.rank(), e = 8, b = 2, s = 4 * d;
+  auto mesh = meshfuser::DeviceMesh::range(d);
+  at::manual_seed(0);
+  at::Tensor full_inp = at::randn({b, s, d * e});
+  at::Tensor full_w = at::randn({e, d * e});
+  at::Tensor expected = at::linear(full_inp, full_w).chunk(d, 1)[rank];
+  for (bool ring : {false, true}) {
+    meshfuser::Fusion f;
+    auto inp = f.defineTensor({-1, -1, d * e});
+    auto w = f.defineTensor({e, d * e});
+    auto out = meshfuser::ops::linear(inp, w);
+    f.addOutput(out);
+    for (auto* tv : {&inp, &w, &out}) tv->setDeviceMesh(mesh).outerSplit(-1, d).parallelize(-2, ParallelType::MeshX);
+    out.outerSplit(1, d).parallelize(1, ParallelType::MeshX);
+    if (ring) f.setOverlap("ring");
+    else out.outerSplit(2, 2).parallelize(2, ParallelType::Stream);
+    meshfuser::Executor exec(f, comm);
+    auto outputs = exec.execute({full_inp.chunk(d, -1)[rank].contiguous(), full_w.chunk(d, -1)[rank].contiguous()});
+    EXPECT_TRUE(at::allclose(outputs[0], expected, 1e-4, 1e-3)) << (outputs[0] - expected).abs().max();
+    // The program still has its one ReduceScatter; the loop runs it chunk by chunk (or as a ring).
+    EXPECT_EQ(countStartingWith(exec.communications(), "ReduceScatter"), d > 1 ? 1 : 0) << exec.hostProgram();
+    std::string loop = ring ? "stream loop 0: ring GEMM+ReduceScatter over " + std::to_string(d) + " chunks"
+                            : "stream loop 0: GEMM+ReduceScatter over 2 chunks";
+    bool looped = !ring || d > 1;  // one device: nothing for the option to overlap
+    EXPECT_EQ(exec.hostProgram().find(loop) != std::string::npos, looped) << exec.hostProgram();
+  }
+}
+
 TEST(PublicApiTest, ReduceScatterLoopSplit) {
   auto& comm = communicator();
   const int64_t d = comm.size(), rank = comm.rank();
@@ -176,3 +233,56 @@ TEST(PublicApiTest, NoOutputsIsAMeshfuserError) {
 }
 
 }  // namespace
+
+// Control messages (the per-call agreement, barriers) over the rendezvous store instead of a CPU
+// collective, as for an NCCL-only group without Gloo: the same results, and a disagreement between
+// ranks is still an error on every rank, after which the Communicator keeps working.
+TEST(PublicApiTest, ControlMessagesOverTheStore) {
+  meshfuser::Communicator::Options options;
+  options.control_over_store = true;
+  meshfuser::Communicator comm(communicator().processGroup(), options);
+  const int64_t d = comm.size(), rank = comm.rank();
+  meshfuser::Fusion f;
+  auto in = f.defineTensor({-1, d * 3});
+  auto out = meshfuser::ops::sum(in, {1});
+  f.addOutput(out);
+  auto mesh = meshfuser::DeviceMesh::range(d);
+  for (auto* tv : {&in, &out}) tv->setDeviceMesh(mesh).outerSplit(1, d).parallelize(1, ParallelType::MeshX);
+  meshfuser::Executor exec(f, comm);
+  for (int call = 0; call < 3; ++call) {
+    at::manual_seed(10 + call);
+    at::Tensor full = at::randn({4, d * 3});
+    auto outputs = exec.execute({full.narrow(1, rank * 3, 3).contiguous()});
+    EXPECT_TRUE(at::allclose(outputs.at(0), full.sum(1), 1e-5, 1e-5)) << exec.hostProgram();
+  }
+  if (d > 1) {
+    // Rank 0 passes 5 rows where the others pass 4: every rank must refuse the call.
+    try {
+      exec.execute({at::zeros({rank == 0 ? 5 : 4, 3})});
+      ADD_FAILURE() << "expected a meshfuser::Error on rank " << rank;
+    } catch (const meshfuser::Error& e) {
+      EXPECT_NE(std::string(e.what()).find("rank"), std::string::npos) << e.what();
+    }
+    at::Tensor full = at::ones({4, d * 3});
+    auto outputs = exec.execute({full.narrow(1, rank * 3, 3).contiguous()});
+    EXPECT_TRUE(at::allclose(outputs.at(0), full.sum(1))) << exec.hostProgram();
+  }
+  comm.barrier();
+}
+
+TEST(PublicApiTest, EnvironmentForAnUnsupportedDeviceIsAMeshfuserError) {
+  try {
+    meshfuser::Communicator::fromEnvironment(c10::DeviceType::Meta);
+    ADD_FAILURE() << "expected a meshfuser::Error";
+  } catch (const meshfuser::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("not for meta tensors"), std::string::npos) << e.what();
+  }
+  if (at::hasCUDA()) return;  // a CUDA build makes an NCCL group here: the C++ example runs it on GPUs
+  try {
+    meshfuser::Communicator::fromEnvironment(c10::DeviceType::CUDA);
+    ADD_FAILURE() << "expected a meshfuser::Error";
+  } catch (const meshfuser::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs meshfuser built against a CUDA PyTorch"), std::string::npos)
+        << e.what();
+  }
+}

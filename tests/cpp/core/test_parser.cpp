@@ -38,6 +38,29 @@ TEST(ParserTest, RoundTripsOpsScalarsAndLayouts) {
   expectRoundTrip(f);
 }
 
+TEST(ParserTest, RoundTripsShapeOpsAndDerivedExtents) {
+  Fusion f;
+  TensorView* x = defineTensor(f, {-1, 8}, DataType::Float);
+  TensorView* y = defineTensor(f, {-1, 8}, DataType::Float);
+  Scalar* start = defineScalar(f, DataType::Int, std::nullopt);
+  TensorView* sliced =
+      slice(x, {start, f.newScalar(DataType::Int, 0)}, {size(x, 0), f.newScalar(DataType::Int, 8)}, {1, 2});
+  TensorView* padded = pad(y, {0, 0, 0, 3}, f.newScalar(DataType::Double, 0.5));
+  TensorView* joined = cat({x, padded}, 0);
+  TensorView* heads = reshapeExtents(x, {size(x, 0), f.newScalar(DataType::Int, 2), f.newScalar(DataType::Int, -1)});
+  auto [var, mean] = varMean(joined, {0}, 1.0, true);
+  f.addOutput(sliced);
+  f.addOutput(strideOrder(heads, {0, 2, 1}));
+  f.addOutput(var);
+  f.addOutput(mean);
+  expectRoundTrip(f);
+  std::string text = printFusion(f);
+  // Derived extents: the scalar-bounded slice, the pad and the cat (printed inside the axes).
+  for (const char* extent : {"{s0-S0}", "{s1+3}", "{s0+(s1+3)}"}) {
+    EXPECT_NE(text.find(extent), std::string::npos) << extent << " not in\n" << text;
+  }
+}
+
 TEST(ParserTest, RoundTripsShardedProgramsAfterEveryPass) {
   Fusion f;
   DeviceMesh mesh({0, 1, 2, 3}, {2, 2});
@@ -54,6 +77,37 @@ TEST(ParserTest, RoundTripsShardedProgramsAfterEveryPass) {
   b->setDeviceMesh(mesh);
   out->split(1, 2, false);
   out->parallelize(1, ParallelType::DIDy);
+  expectRoundTrip(f);
+  for (auto& pass : defaultPipeline()) {
+    pass->run(f);
+    expectRoundTrip(f);
+  }
+}
+
+// Attention: several outputs per expr (one header each), its attributes, 0-d RNG-state tensors;
+// sharded on heads, through every pass.
+TEST(ParserTest, RoundTripsAttentionWithSeveralOutputs) {
+  Fusion f;
+  DeviceMesh mesh({0, 1});
+  std::vector<TensorView*> qkvg;
+  for (int i = 0; i < 4; ++i) qkvg.push_back(defineTensor(f, {-1, 4, 8, 16}, DataType::BFloat16));
+  AttentionOptions options;
+  options.dropout_p = 0.125;
+  options.is_causal = true;
+  auto fwd = sdpfaFwd(qkvg[0], qkvg[1], qkvg[2], options);
+  options.scale = 0.25;
+  auto grads = sdpfaBwd(qkvg[3], qkvg[0], qkvg[1], qkvg[2], fwd[0], fwd[1], fwd[2], fwd[3], options);
+  for (TensorView* tv : {fwd[0], fwd[1], grads[0], grads[1], grads[2]}) f.addOutput(tv);
+  for (TensorView* tv : qkvg) {
+    tv->setDeviceMesh(mesh);
+    tv->split(1, 2, false);
+    tv->parallelize(1, ParallelType::DIDx);
+  }
+  std::string text = printFusion(f);
+  EXPECT_NE(text.find("T4, T5, T6, T7 = sdpfa_fwd(T0, T1, T2, dropout_p=0.125, is_causal=true, scale=none)"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("T6_int64[]"), std::string::npos) << text;
   expectRoundTrip(f);
   for (auto& pass : defaultPipeline()) {
     pass->run(f);

@@ -40,9 +40,10 @@ TEST(ValidateMeshes, RefusesAnInputWithoutMesh) {
                   "fusion input T1 has no device mesh while T0 has mesh [0 1]");
 }
 
-// A stream-parallel loop is not honoured yet, so it is refused rather than ignored.
-TEST(ValidateMeshes, RefusesStreamParallelAxes) {
-  expectPassError("validate_meshes", R"IR(Fusion {
+// A stream axis is the trip count of a host loop: the outer part of a split (stream_loops decides
+// at lowering whether the loop can be honoured).
+TEST(ValidateMeshes, AcceptsAStreamSplit) {
+  const char* ir = R"IR(Fusion {
   input T0_float[i0{4}, i1{6}] mesh=[0 1]
     OuterSplit(i0{4}, factor 2) -> iStream2{2}, i3{2}
     loop: [iStream2{2}, i3{2}, i1{6}]
@@ -50,8 +51,34 @@ TEST(ValidateMeshes, RefusesStreamParallelAxes) {
     T1_float[i4{4}, i5{6}]
   outputs: T1
 }
+)IR";
+  expectPass("validate_meshes", ir, ir);
+}
+
+TEST(ValidateMeshes, RefusesAStreamAxisThatIsNotTheOuterPartOfASplit) {
+  expectPassError("validate_meshes", R"IR(Fusion {
+  input T0_float[i0{4}, i1{6}] mesh=[0 1]
+    OuterSplit(i0{4}, factor 2) -> i2{2}, iStream3{2}
+    loop: [i2{2}, iStream3{2}, i1{6}]
+  T1 = relu(T0)
+    T1_float[i4{4}, i5{6}]
+  outputs: T1
+}
 )IR",
-                  "parallelized on ParallelType.stream");
+                  "a stream axis must be a whole axis of constant extent or the outer part of a split");
+}
+
+TEST(ValidateMeshes, RefusesASwizzleOffAStreamAxis) {
+  expectPassError("validate_meshes", R"IR(Fusion {
+  input T0_float[i0{4}, i1{6}] mesh=[0 1]
+    OuterSplit(i0{4}, factor 2) -> i2{2}~DIDx, i3{2}
+    loop: [i2{2}~DIDx, i3{2}, i1{6}]
+  T1 = relu(T0)
+    T1_float[i4{4}, i5{6}]
+  outputs: T1
+}
+)IR",
+                  "swizzled (swizzle1d) but not parallelized on ParallelType.stream");
 }
 
 // A device-parallel axis needs a mesh (the verifier says so before the pass runs).

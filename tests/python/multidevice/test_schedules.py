@@ -78,7 +78,8 @@ def test_rfactor_left_serial_is_an_error(multidevice_test):
 
 
 def test_stream_parallel_axis_is_refused(multidevice_test):
-    # Not honoured yet, so refused rather than silently ignored.
+    # A stream loop overlaps a linear with its communication; on a relu it would not be honoured,
+    # so it is refused rather than silently ignored (tests/python/multidevice/test_overlap.py).
     d, dev = multidevice_test.size, multidevice_test.device
     with FusionDefinition() as fd:
         x = fd.define_tensor([4 * d, 3])
@@ -88,7 +89,7 @@ def test_stream_parallel_axis_is_refused(multidevice_test):
         out.set_device_mesh(DeviceMesh(range(d)))
         out.outer_split(0, 2)
         out.axis(0).parallelize(ParallelType.stream)
-    with pytest.raises(meshfuser.Error, match="ParallelType.stream"):
+    with pytest.raises(meshfuser.Error, match="ParallelType.stream on T1 axis 0 cannot be streamed"):
         fd.execute([torch.randn(4 * d, 3).to(dev)])
 
 
