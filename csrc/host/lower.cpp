@@ -187,16 +187,16 @@ std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, 
     }
     if (!participates(e->out(), rank)) continue;
     wait_for(e->inputs());
-    // Contractions run alone (cuBLAS through ATen), so the pointwise work around them can be a
-    // generated kernel.
-    if (isContraction(e->op())) open_segment = -1;
+    // Contractions, sources and gathers run alone (on ATen), so the pointwise work around them can
+    // be a generated kernel.
+    if (runsAlone(e->op())) open_segment = -1;
     if (open_segment < 0) {
       hp->segments().emplace_back();
       open_segment = static_cast<int64_t>(hp->segments().size()) - 1;
       insts.push_back({HostInstruction::Kind::RunSegment, open_segment, nullptr});
     }
     hp->segments()[open_segment].exprs.push_back(e);
-    if (isContraction(e->op())) open_segment = -1;
+    if (runsAlone(e->op())) open_segment = -1;
   }
   std::vector<Val*> remaining;
   for (auto& [v, index] : pending) remaining.push_back(const_cast<Val*>(v));

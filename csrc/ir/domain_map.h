@@ -23,5 +23,6 @@ std::vector<int64_t> mapPermute(const Expr* e, size_t input_index);
 std::vector<int64_t> mapReshape(const Expr* e, size_t input_index);
 std::vector<int64_t> mapLinear(const Expr* e, size_t input_index);
 std::vector<int64_t> mapMatmul(const Expr* e, size_t input_index);
+std::vector<int64_t> mapEmbedding(const Expr* e, size_t input_index);
 
 }  // namespace mf

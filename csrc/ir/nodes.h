@@ -177,7 +177,8 @@ class TensorView : public Val {
 // Attributes of an op. Which fields mean what depends on the OpType:
 //   Cast: dtype. Sum/Max/Min: dims (reduced logical axes of the input). Permute: dims.
 //   Squeeze: dims. BroadcastInDim: dims (output axis of each input axis), shape (output shape).
-//   Reshape: shape (the new global shape).
+//   Reshape: shape (the new global shape). Uniform: shape (global), dtype.
+//   EmbeddingFwd: dims (padding_idx: empty, or the one index).
 struct ExprAttrs {
   std::vector<int64_t> dims;
   std::vector<int64_t> shape;

@@ -29,6 +29,8 @@ enum class OpType {
   Where,
   // layout
   BroadcastInDim, Squeeze, Permute, Reshape,
+  // sources/gathers
+  Uniform, EmbeddingFwd,
   // reductions
   Sum, Max, Min,
   // contractions
@@ -40,6 +42,8 @@ enum class OpKind {
   Binary,       // two operands (tensor or scalar), broadcast right-aligned
   Ternary,      // where
   Layout,       // moves or views data: broadcast_in_dim, squeeze, permute, reshape
+  Source,       // no tensor operands; the output's values depend on its global element index (uniform)
+  Gather,       // rows of a table picked by an index tensor (embedding_fwd)
   Reduction,    // sum/max/min over axes; reduced axes stay in the output's logical domain as r{}
   Contraction,  // matmul/linear: output ends with the contracted r{k}
 };
@@ -54,6 +58,7 @@ enum class DtypeRule {
   Attribute,        // the `dtype` attribute (cast)
   PromoteLastTwo,   // where: promotion of the two branches
   Reduction,        // the `dtype` attribute; sum of bool/int32 accumulates in int64
+  SecondInput,      // dtype of the second operand (embedding_fwd: the weight's)
 };
 
 // Which attributes an op carries (printed and parsed in this order).
@@ -63,6 +68,7 @@ enum AttrMask : unsigned {
   kAttrShape = 1u << 1,           // ", shape=[..]"
   kAttrDims = 1u << 2,            // ", dims=[..]"
   kAttrBroadcastDims = 1u << 3,   // ", broadcast_dims=[..]" (stored in dims)
+  kAttrPaddingIdx = 1u << 4,      // ", padding_idx=[..]" (stored in dims: empty or one index)
 };
 
 // How the ATen evaluator calls the op (the op itself is found by `aten` name through the
@@ -77,6 +83,9 @@ enum class AtenArgs {
   BroadcastInDim,  // view with the output's rank, then expand to the local output shape
   FoldedWeight,    // Operands, with a weight of several output axes (and its bias) folded to one
                    // for the call and the output unfolded again (linear with a 3-D weight)
+  CounterRng,      // no ATen op: the counter-based generator of support/counter_rng.h over the
+                   // global indices of this rank's shard (runtime/uniform.cpp)
+  Embedding,       // aten(weight, indices, padding_idx): operands swapped to ATen's order
 };
 
 // For expr `e` and its tensor input at `input_index`: result[p] is the index into the consumer's
@@ -136,5 +145,8 @@ bool isReduction(OpType op);
 bool isContraction(OpType op);
 // Reductions and contractions: ops whose output has reduction axes.
 bool reduces(OpType op);
+// Ops that a compute segment holds alone (contractions, sources, gathers: ATen runs them), so that
+// the pointwise work around them can still be a generated kernel.
+bool runsAlone(OpType op);
 
 }  // namespace mf

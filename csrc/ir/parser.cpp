@@ -351,7 +351,7 @@ class Parser {
       std::string value = arg.substr(key_end + 1);
       if (key == "dtype") attrs.dtype = parseDtype(value);
       else if (key == "shape") attrs.shape = parseInts(value);
-      else if (key == "dims" || key == "broadcast_dims") attrs.dims = parseInts(value);
+      else if (key == "dims" || key == "broadcast_dims" || key == "padding_idx") attrs.dims = parseInts(value);
       else fail(false, "unknown attribute '", key, "' of ", op_name);
     }
     fail(static_cast<int>(operands.size()) >= info->min_inputs && static_cast<int>(operands.size()) <= info->max_inputs,

@@ -3,9 +3,12 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "ir/fusion.h"
 #include "multidevice/sharding.h"
+#include "runtime/uniform.h"
+#include "support/counter_rng.h"
 #include "support/error.h"
 
 namespace mf {
@@ -124,7 +127,30 @@ at::Tensor broadcastInDim(const Expr* e, const at::Tensor& x) {
   return x.reshape(view_shape).expand(target);
 }
 
-at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in, const ExtentBindings& bindings) {
+// A seed or offset of uniform: an integer in [0, 2^53) (checked here for runtime scalars).
+int64_t rngWord(const Expr* e, const RuntimeValue& v, const char* what) {
+  double d = v.scalar.toDouble();
+  MF_USER_CHECK(v.scalar.isIntegral(false) && d >= 0 && d < static_cast<double>(kMaxRngSeed), e->toString(), ": ", what,
+                " is ", v.scalar.toDouble(), "; expected an integer in [0, 2^53)");
+  return v.scalar.toLong();
+}
+
+at::Tensor uniform(const Expr* e, const std::vector<RuntimeValue>& in, const ExtentBindings& bindings,
+                   const EvalContext& context) {
+  const TensorView* out = e->out();
+  double low = in[0].scalar.toDouble(), high = in[1].scalar.toDouble();
+  MF_USER_CHECK(std::isfinite(low) && std::isfinite(high) && low <= high, e->toString(), ": low (", low, ") and high (",
+                high, ") must be finite with low <= high");
+  int64_t seed = rngWord(e, in[2], "rng_seed"), offset = rngWord(e, in[3], "rng_offset");
+  std::vector<int64_t> global = globalShape(out, bindings);
+  std::vector<int64_t> local = localShape(out, global);
+  at::Tensor indices = globalIndices(global, local, shardStart(out, context.rank, local),
+                                     at::TensorOptions().device(context.device));
+  return counterUniform(indices, low, high, seed, offset, toAten(out->dtype()));
+}
+
+at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in, const ExtentBindings& bindings,
+                             const EvalContext& context) {
   const TensorView* out = e->out();
   const OpInfo& info = opInfo(e->op());
   const at::Tensor& x = in[0].tensor;
@@ -157,6 +183,12 @@ at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in,
       result = flat.reshape(shape);
       break;
     }
+    case AtenArgs::CounterRng: result = uniform(e, in, bindings, context); break;
+    case AtenArgs::Embedding: {
+      const std::vector<int64_t>& padding = e->attrs().dims;
+      result = callAten(info.aten, {in[1].tensor, x, padding.empty() ? int64_t{-1} : padding[0]});
+      break;
+    }
     case AtenArgs::Operands: {
       std::vector<c10::IValue> args;
       for (const RuntimeValue& v : in) {
@@ -185,9 +217,10 @@ at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in,
 
 }  // namespace
 
-at::Tensor evaluateExpr(const Expr* e, const std::vector<RuntimeValue>& in, const ExtentBindings& bindings) {
+at::Tensor evaluateExpr(const Expr* e, const std::vector<RuntimeValue>& in, const ExtentBindings& bindings,
+                        const EvalContext& context) {
   try {
-    return evaluateUnchecked(e, in, bindings);
+    return evaluateUnchecked(e, in, bindings, context);
   } catch (const c10::Error& err) {
     MF_THROW_USER("while running ", e->toString(), ": ", err.what_without_backtrace());
   }

@@ -28,7 +28,15 @@ using ExtentBindings = std::unordered_map<std::string, int64_t>;
 // Global shape of tv's runtime axes; a user error when a symbolic extent is unknown here.
 std::vector<int64_t> globalShape(const TensorView* tv, const ExtentBindings& bindings);
 
+// Where an expr runs: ops whose values depend on where this rank's shard lies (uniform) read the
+// rank; ops without tensor operands create their output on `device`.
+struct EvalContext {
+  int64_t rank = 0;
+  c10::Device device = c10::Device(c10::kCPU);
+};
+
 // Evaluates `e` on `inputs` (one per e->inputs()) and returns the local output tensor.
-at::Tensor evaluateExpr(const Expr* e, const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings);
+at::Tensor evaluateExpr(const Expr* e, const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings,
+                        const EvalContext& context = {});
 
 }  // namespace mf

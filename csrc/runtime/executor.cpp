@@ -245,7 +245,9 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
   // Per communication, the works to wait for (point-to-point moves post several).
   std::vector<std::vector<c10::intrusive_ptr<c10d::Work>>> works(program_->communications().size());
   bool use_kernels = false;
+  eval_device_ = c10::Device(c10::kCPU);
   for (const RuntimeValue& rv : inputs) {
+    if (rv.is_tensor) eval_device_ = rv.tensor.device();
     if (rv.is_tensor && rv.tensor.is_cuda()) use_kernels = !isDisabled(DisableOption::Codegen) && cudaKernelsAvailable();
   }
   ProfileRecorder* profile = ProfileRecorder::active();
@@ -413,7 +415,7 @@ void FusionExecutor::runSegment(int64_t index, std::unordered_map<const Val*, at
       rv.tensor = it->second;
       ins.push_back(std::move(rv));
     }
-    values[e->out()] = evaluateExpr(e, ins, bindings);
+    values[e->out()] = evaluateExpr(e, ins, bindings, EvalContext{program_->rank(), eval_device_});
   }
 }
 
@@ -425,6 +427,7 @@ std::vector<std::string> FusionExecutor::generatedKernels(const std::vector<Runt
   MF_USER_CHECK(error.empty(), "cuda_kernels: ", error);
   std::unordered_map<const Val*, at::Tensor> values;
   std::unordered_map<const Val*, c10::Scalar> scalars;
+  eval_device_ = c10::Device(at::kMeta);
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].is_tensor) values[f.inputs()[i]] = inputs[i].tensor.to(at::kMeta);
     else scalars[f.inputs()[i]] = inputs[i].scalar;
