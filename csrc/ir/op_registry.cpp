@@ -195,7 +195,7 @@ bool isPointwise(OpType op) {
 }
 bool isReduction(OpType op) { return opInfo(op).kind == OpKind::Reduction; }
 bool isContraction(OpType op) { return opInfo(op).kind == OpKind::Contraction; }
-bool reduces(OpType op) { return isReduction(op) || isContraction(op); }
+bool reduces(OpType op) { return isReduction(op) || isContraction(op) || opInfo(op).kind == OpKind::Gather; }
 bool runsAlone(OpType op) {
   OpKind k = opInfo(op).kind;
   return k == OpKind::Contraction || k == OpKind::Source || k == OpKind::Gather;

@@ -43,7 +43,8 @@ enum class OpKind {
   Ternary,      // where
   Layout,       // moves or views data: broadcast_in_dim, squeeze, permute, reshape
   Source,       // no tensor operands; the output's values depend on its global element index (uniform)
-  Gather,       // rows of a table picked by an index tensor (embedding_fwd)
+  Gather,       // rows (axis 0) of a table (input 1) picked by an index tensor (input 0): embedding_fwd.
+                // Its output may gain a trailing reduction axis over the rows (partial_gathers)
   Reduction,    // sum/max/min over axes; reduced axes stay in the output's logical domain as r{}
   Contraction,  // matmul/linear: output ends with the contracted r{k}
 };
@@ -143,7 +144,8 @@ bool isComparison(OpType op);
 bool isPointwise(OpType op);  // unary, binary, ternary and cast
 bool isReduction(OpType op);
 bool isContraction(OpType op);
-// Reductions and contractions: ops whose output has reduction axes.
+// Reductions, contractions and gathers: ops whose output may have reduction axes (a gather's, over
+// the table's rows, when the table is sharded on them: passes/partial_gathers.cpp).
 bool reduces(OpType op);
 // Ops that a compute segment holds alone (contractions, sources, gathers: ATen runs them), so that
 // the pointwise work around them can still be a generated kernel.

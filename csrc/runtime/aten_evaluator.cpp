@@ -149,6 +149,32 @@ at::Tensor uniform(const Expr* e, const std::vector<RuntimeValue>& in, const Ext
   return counterUniform(indices, low, high, seed, offset, toAten(out->dtype()));
 }
 
+// embedding_fwd; as partial_gathers rewrote it (a trailing reduction over the table's rows), this
+// rank holds rows [start, start + rows) of the table: it looks up the indices among them and leaves
+// zeros elsewhere, and the reduction across devices completes the lookup.
+at::Tensor embedding(const Expr* e, const std::vector<RuntimeValue>& in, const EvalContext& context) {
+  const std::vector<int64_t>& padding = e->attrs().dims;
+  const at::Tensor& indices = in[0].tensor;
+  const at::Tensor& weight = in[1].tensor;
+  int64_t padding_idx = padding.empty() ? -1 : padding[0];
+  if (e->out()->root().empty()) return callAten(opInfo(e->op()).aten, {weight, indices, padding_idx});
+  const auto* table = static_cast<const TensorView*>(e->input(1));
+  std::vector<int64_t> local(weight.sizes().begin(), weight.sizes().end());
+  int64_t start = shardStart(table, context.rank, local)[0];
+  int64_t rows = weight.size(0);
+  int64_t all_rows = rows * shardsPerAxis(table)[0];
+  // Every rank of the team holds these indices, so all of them raise this together.
+  bool checkable = indices.numel() > 0 && !indices.is_meta();
+  MF_USER_CHECK(!checkable || (indices.min().item<int64_t>() >= 0 && indices.max().item<int64_t>() < all_rows),
+                e->toString(), ": indices must lie in [0, ", all_rows, ") (the table's rows); got values in [",
+                indices.min().item<int64_t>(), ", ", indices.max().item<int64_t>(), "]");
+  at::Tensor shifted = indices - start;
+  at::Tensor here = (shifted >= 0).logical_and_(shifted < rows);
+  at::Tensor clamped = shifted.clamp(0, std::max<int64_t>(rows - 1, 0));
+  at::Tensor looked_up = callAten(opInfo(e->op()).aten, {weight, clamped, int64_t{-1}});
+  return looked_up.masked_fill_(here.logical_not().unsqueeze(-1), 0);
+}
+
 at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in, const ExtentBindings& bindings,
                              const EvalContext& context) {
   const TensorView* out = e->out();
@@ -184,11 +210,7 @@ at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in,
       break;
     }
     case AtenArgs::CounterRng: result = uniform(e, in, bindings, context); break;
-    case AtenArgs::Embedding: {
-      const std::vector<int64_t>& padding = e->attrs().dims;
-      result = callAten(info.aten, {in[1].tensor, x, padding.empty() ? int64_t{-1} : padding[0]});
-      break;
-    }
+    case AtenArgs::Embedding: result = embedding(e, in, context); break;
     case AtenArgs::Operands: {
       std::vector<c10::IValue> args;
       for (const RuntimeValue& v : in) {

@@ -178,14 +178,19 @@ def _embedding_program(d, batch, seq, vocab, dim, shard_indices, shard_weight, s
     return fd, idx, w, out
 
 
-@pytest.mark.parametrize("name,indices_axis,weight_axis,out_axis,expected_comms", [
-    ("column_parallel_weight", None, 1, 2, []),
-    ("batch_sharded_indices", 0, None, 0, []),
-    ("vocab_parallel_weight_gathered", None, 0, None, ["Allgather"]),
+@pytest.mark.parametrize("name,vocab_per_rank,indices_axis,weight_axis,out_axis,expected_comms", [
+    ("column_parallel_weight", 8, None, 1, 2, []),
+    ("batch_sharded_indices", 8, 0, None, 0, []),
+    # A small table sharded on the vocabulary: gathering it moves fewer bytes than reducing the output.
+    ("vocab_parallel_small_table_gathered", 8, None, 0, None, ["Allgather"]),
+    # A large one stays sharded: masked local lookups, then one Allreduce of the output.
+    ("vocab_parallel_masked_allreduce", 64, None, 0, None, ["Allreduce"]),
+    ("vocab_parallel_masked_reduce_scatter", 64, None, 0, 0, ["ReduceScatter"]),
 ])
-def test_embedding_sharded(multidevice_test, name, indices_axis, weight_axis, out_axis, expected_comms):
+def test_embedding_sharded(multidevice_test, name, vocab_per_rank, indices_axis, weight_axis, out_axis,
+                           expected_comms):
     d = multidevice_test.size
-    batch, seq, vocab, dim = 2 * d, 5, 8 * d, 4 * d
+    batch, seq, vocab, dim = 2 * d, 5, vocab_per_rank * d, 4 * d
     full_idx = torch.randint(0, vocab, (batch, seq))
     full_w = torch.randn(vocab, dim)
     fd, idx, w, out = _embedding_program(d, batch, seq, vocab, dim, indices_axis, weight_axis, out_axis)
@@ -195,3 +200,11 @@ def test_embedding_sharded(multidevice_test, name, indices_axis, weight_axis, ou
     expected = meshfuser.shard_tensor(F.embedding(full_idx, full_w), out, multidevice_test.rank)
     assert torch.equal(local.cpu(), expected)
     assert fd.get_output_shardings()[0].axis_sharded_on(ParallelType.mesh_x) == (-1 if out_axis is None else out_axis)
+
+
+def test_vocab_parallel_embedding_out_of_range_index_is_an_error(multidevice_test):
+    d = multidevice_test.size
+    fd, idx, w, out = _embedding_program(d, 2, 3, 64 * d, 4, None, 0, None)
+    bad = torch.tensor([[0, 1, 64 * d], [2, 3, 4]])
+    with pytest.raises(meshfuser.Error, match="indices must lie in"):
+        fd.execute([bad, multidevice_test.shard_tensor(torch.randn(64 * d, 4), w)])
