@@ -30,7 +30,7 @@ std::string attrString(const Expr* e) {
   if (mask & kAttrShape) s += ", shape=" + listText(a.shape);
   if (mask & kAttrDims) s += ", dims=" + listText(a.dims);
   if (mask & kAttrBroadcastDims) s += ", broadcast_dims=" + listText(a.dims);
-  if (mask & kAttrPaddingIdx) s += ", padding_idx=" + listText(a.dims);
+  if ((mask & kAttrPaddingIdx) && !a.dims.empty()) s += ", padding_idx=" + listText(a.dims);
   return s;
 }
 
