@@ -137,6 +137,9 @@ class _Ops:
         are integers in [0, 2^53) (Python ints or integer fd scalars); None means 0, so a definition
         without them draws the same values on every call: pass a new offset (or seed) per call for
         fresh numbers, e.g. a runtime `fd.define_scalar(dtype=DataType.Int)`."""
+        if any(isinstance(s, _C.Val) for s in shape):
+            raise _C.ArgumentError("uniform: shape must be static ints in this version (symbolic extents are not "
+                                   "supported yet); got " + repr(list(shape)))
         shape = [int(s) for s in shape]
         seed = self._val(0 if rng_seed is None else rng_seed)
         offset = self._val(0 if rng_offset is None else rng_offset)

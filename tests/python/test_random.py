@@ -204,6 +204,12 @@ def test_uniform_argument_errors(kwargs, match):
             fd.add_output(fd.ops.uniform(args.pop("low"), args.pop("high"), args.pop("shape"), **args))
 
 
+def test_uniform_symbolic_shape_is_an_error():
+    with pytest.raises(meshfuser.ArgumentError, match="shape must be static ints"):
+        with FusionDefinition() as fd:
+            fd.add_output(fd.ops.uniform(0.0, 1.0, [fd.define_scalar(dtype=DataType.Int), 4]))
+
+
 def test_uniform_tensor_bound_is_an_error():
     with pytest.raises(meshfuser.ArgumentError, match="low must be a scalar"):
         with FusionDefinition() as fd:
@@ -289,3 +295,21 @@ def test_embedding_index_out_of_range_is_an_error():
         fd.add_output(fd.ops.embedding_fwd(fd.define_tensor([3], dtype=DataType.Int), fd.define_tensor([10, 4])))
     with pytest.raises(meshfuser.Error, match="embedding_fwd"):
         fd.execute([torch.tensor([1, 10, 2]), torch.randn(10, 4)])
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU: CUDA tensors must draw the CPU's bits")
+@pytest.mark.parametrize("dtype", [DataType.Float, DataType.BFloat16, DataType.Double])
+def test_uniform_on_cuda_equals_cpu_bit_for_bit(dtype):
+    shape = [33, 257]
+    x = torch.randn(shape).to(_TORCH[dtype])
+    with FusionDefinition() as fd:
+        tx = fd.define_tensor(shape, dtype=dtype)
+        r = fd.ops.uniform(-2.0, 3.0, shape, dtype=dtype, rng_seed=123, rng_offset=4)
+        keep = fd.ops.lt(r, 0.5)
+        fd.add_output(r)
+        fd.add_output(fd.ops.where(keep, tx, 0.0))
+    r_cpu, out_cpu = fd.execute([x])
+    r_gpu, out_gpu = fd.execute([x.cuda()])
+    assert r_gpu.is_cuda and torch.equal(r_gpu.cpu(), r_cpu)
+    assert torch.equal(out_gpu.cpu(), out_cpu)
+    assert torch.equal(r_cpu, reference_uniform(shape, -2.0, 3.0, dtype, 123, 4))

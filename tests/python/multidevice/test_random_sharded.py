@@ -205,6 +205,6 @@ def test_embedding_sharded(multidevice_test, name, vocab_per_rank, indices_axis,
 def test_vocab_parallel_embedding_out_of_range_index_is_an_error(multidevice_test):
     d = multidevice_test.size
     fd, idx, w, out = _embedding_program(d, 2, 3, 64 * d, 4, None, 0, None)
-    bad = torch.tensor([[0, 1, 64 * d], [2, 3, 4]])
+    bad = torch.tensor([[0, 1, 64 * d], [2, 3, 4]]).to(multidevice_test.device)
     with pytest.raises(meshfuser.Error, match="indices must lie in"):
         fd.execute([bad, multidevice_test.shard_tensor(torch.randn(64 * d, 4), w)])
