@@ -190,11 +190,15 @@ void bindIr(py::module& m) {
       },
       py::arg("grad_attn"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("attn"), py::arg("logsumexp"),
       py::arg("dropout_p"), py::arg("is_causal"), py::arg("seed"), py::arg("offset"), py::arg("scale") = py::none());
+  ops.def("uniform", &uniform, py::arg("low"), py::arg("high"), py::arg("shape"), py::arg("dtype"), py::arg("seed"),
+          py::arg("offset"), rv);
+  ops.def("embedding_fwd", &embeddingFwd, py::arg("indices"), py::arg("weight"), py::arg("padding_idx") = py::none(), rv);
   py::enum_<OpType> op_type(m, "OpType");
   for (const OpInfo& info : allOps()) op_type.value(info.name, info.op);
   // The registry as Python sees it: fd.ops builds its plain unary and binary functions from it.
   ops.def("table", [] {
-    static const char* kKinds[] = {"unary", "binary", "ternary", "layout", "reduction", "contraction", "attention"};
+    static const char* kKinds[] = {"unary",  "binary", "ternary",   "layout",      "source",
+                                   "gather", "reduction", "contraction", "attention"};
     py::list rows;
     for (const OpInfo& info : allOps()) {
       rows.append(py::make_tuple(info.name, kKinds[static_cast<int>(info.kind)], info.attrs != kNoAttrs));

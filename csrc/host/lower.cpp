@@ -187,8 +187,8 @@ std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, 
     }
     if (!participates(e->outTensor(0), rank)) continue;
     wait_for(e->inputs());
-    // Contractions and attention run alone (cuBLAS, fused attention, through ATen), so the
-    // pointwise work around them can be a generated kernel.
+    // Contractions, attention, sources and gathers run alone (cuBLAS, fused attention, ATen), so
+    // the pointwise work around them can be a generated kernel.
     if (runsAlone(e->op())) open_segment = -1;
     if (open_segment < 0) {
       hp->segments().emplace_back();

@@ -187,6 +187,22 @@ std::vector<int64_t> mapAttention(const Expr* e, size_t input_index, size_t outp
   return map;
 }
 
+// out = [*indices.shape, dim] or, as partial_gathers makes it, [*indices.shape, dim, r{rows}]:
+// indices axes in order, then the weight's embedding axis. The weight's vocabulary axis is
+// gathered from: it maps to the trailing reduction when there is one, else to no output axis.
+std::vector<int64_t> mapEmbedding(const Expr* e, size_t input_index) {
+  Ranks r = ranksOf(e, input_index);
+  std::vector<int64_t> map(r.prank, -1);
+  if (input_index == 0) {
+    for (int64_t p = 0; p < r.prank; ++p) map[p] = p;
+    return map;
+  }
+  bool partial = r.crank == rankOf(e->input(0)) + 2;
+  map[0] = partial ? r.crank - 1 : -1;
+  map[1] = partial ? r.crank - 2 : r.crank - 1;
+  return map;
+}
+
 std::vector<int64_t> mapProducerToConsumer(const Expr* e, size_t input_index, size_t output_index) {
   const OpInfo& info = opInfo(e->op());
   MF_CHECK(info.output_axis_map != nullptr || output_index == 0, info.name, " has one output; asked for output ",

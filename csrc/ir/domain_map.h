@@ -32,5 +32,6 @@ std::vector<int64_t> mapMatmul(const Expr* e, size_t input_index);
 // causal mask. Other sequence and head_dim axes map nowhere (they are contracted or mixed by the
 // softmax), nor does anything map onto the RNG state.
 std::vector<int64_t> mapAttention(const Expr* e, size_t input_index, size_t output_index);
+std::vector<int64_t> mapEmbedding(const Expr* e, size_t input_index);
 
 }  // namespace mf

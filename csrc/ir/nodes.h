@@ -195,6 +195,7 @@ class TensorView : public Val {
 //   Pad: dims (pad widths, last axis first, as torch.nn.functional.pad); the fill value is operand 1.
 //   Cat: dims ([the concatenated axis]). StrideOrder: none (the output's stride order says it).
 //   SdpfaFwd/SdpfaBwd: dropout_p, is_causal, scale (none: 1/sqrt(head_dim), as PyTorch).
+//   Uniform: shape (global), dtype. EmbeddingFwd: dims (padding_idx: empty, or the one index).
 struct ExprAttrs {
   std::vector<int64_t> dims;
   std::vector<int64_t> shape;

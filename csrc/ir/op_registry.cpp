@@ -151,6 +151,23 @@ std::vector<OpInfo> buildTable() {
   stride_order.no_cuda = "stride_order is a layout copy that ATen makes (generated kernels write row-major outputs)";
   t.push_back(stride_order);
 
+  // Sources and gathers.
+  // uniform(low, high, seed, offset): every operand is a scalar; the value of an element is a
+  // function of (seed, offset, its global index), so any sharding of the output draws the same.
+  OpInfo uniform = base(OpType::Uniform, "uniform", OpKind::Source, 4, 4, D::Attribute, &mapRightAligned);
+  uniform.attrs = kAttrDtype | kAttrShape;
+  uniform.aten_args = AtenArgs::CounterRng;
+  uniform.no_cuda = "uniform is not generated yet (the ATen path computes the counter-based generator)";
+  t.push_back(uniform);
+  // embedding_fwd(indices, weight): output [*indices.shape, dim]. The vocabulary axis of the weight
+  // maps to no output axis, so a weight sharded on it is made whole first (a reshard).
+  OpInfo embedding = base(OpType::EmbeddingFwd, "embedding_fwd", OpKind::Gather, 2, 2, D::SecondInput, &mapEmbedding);
+  embedding.attrs = kAttrPaddingIdx;
+  embedding.aten = "aten::embedding";
+  embedding.aten_args = AtenArgs::Embedding;
+  embedding.no_cuda = "embedding_fwd runs on ATen (a gather), not in a generated kernel";
+  t.push_back(embedding);
+
   // Reductions (NaN propagates through max/min like PyTorch).
   t.push_back(reduction(OpType::Sum, "sum", "aten::sum.dim_IntList", "0.0f", "{0} + {1}"));
   t.push_back(reduction(OpType::Max, "max", "aten::amax", "__int_as_float(0xff800000)", "mf_max({0}, {1})"));
@@ -225,7 +242,10 @@ bool isPointwise(OpType op) {
 }
 bool isReduction(OpType op) { return opInfo(op).kind == OpKind::Reduction; }
 bool isContraction(OpType op) { return opInfo(op).kind == OpKind::Contraction; }
-bool runsAlone(OpType op) { return isContraction(op) || opInfo(op).kind == OpKind::Attention; }
-bool reduces(OpType op) { return isReduction(op) || isContraction(op); }
+bool reduces(OpType op) { return isReduction(op) || isContraction(op) || opInfo(op).kind == OpKind::Gather; }
+bool runsAlone(OpType op) {
+  OpKind k = opInfo(op).kind;
+  return k == OpKind::Contraction || k == OpKind::Attention || k == OpKind::Source || k == OpKind::Gather;
+}
 
 }  // namespace mf

@@ -29,6 +29,8 @@ enum class OpType {
   Where,
   // layout
   BroadcastInDim, Squeeze, Permute, Reshape, Slice, Pad, Cat, StrideOrder,
+  // sources/gathers
+  Uniform, EmbeddingFwd,
   // reductions
   Sum, Max, Min,
   // contractions
@@ -43,6 +45,9 @@ enum class OpKind {
   Ternary,      // where
   Layout,       // moves or views data: broadcast_in_dim, squeeze, permute, reshape, slice, pad, cat,
                 // stride_order
+  Source,       // no tensor operands; the output's values depend on its global element index (uniform)
+  Gather,       // rows (axis 0) of a table (input 1) picked by an index tensor (input 0): embedding_fwd.
+                // Its output may gain a trailing reduction axis over the rows (partial_gathers)
   Reduction,    // sum/max/min over axes; reduced axes stay in the output's logical domain as r{}
   Contraction,  // matmul/linear: output ends with the contracted r{k}
   Attention,    // sdpfa_fwd/bwd: PyTorch's fused attention, several outputs, no reduction axes
@@ -58,6 +63,7 @@ enum class DtypeRule {
   Attribute,        // the `dtype` attribute (cast)
   PromoteLastTwo,   // where: promotion of the two branches
   Reduction,        // the `dtype` attribute; sum of bool/int32 accumulates in int64
+  SecondInput,      // dtype of the second operand (embedding_fwd: the weight's)
 };
 
 // Which attributes an op carries (printed and parsed in this order).
@@ -70,6 +76,7 @@ enum AttrMask : unsigned {
   kAttrAttention = 1u << 4,       // ", dropout_p=0, is_causal=true, scale=none"
   kAttrStrides = 1u << 5,         // ", strides=[..]" (slice; stored in dims)
   kAttrPadWidths = 1u << 6,       // ", pad_widths=[..]" (pad; stored in dims)
+  kAttrPaddingIdx = 1u << 7,      // ", padding_idx=[..]" (stored in dims: empty or one index)
 };
 
 // How the ATen evaluator calls the op (the op itself is found by `aten` name through the
@@ -90,6 +97,9 @@ enum class AtenArgs {
   Pad,             // aten(x, pad widths, fill value operand)
   Cat,             // aten([tensor operands], axis)
   StrideOrder,     // no call: the input copied into the output's stride order
+  CounterRng,      // no ATen op: the counter-based generator of support/counter_rng.h over the
+                   // global indices of this rank's shard (runtime/uniform.cpp)
+  Embedding,       // aten(weight, indices, padding_idx): operands swapped to ATen's order
 };
 
 // For expr `e` and its tensor input at `input_index`: result[p] is the index into the consumer's
@@ -158,7 +168,11 @@ bool isContraction(OpType op);
 // Ops that run in a compute segment of their own on ATen (contractions on cuBLAS, attention on
 // PyTorch's fused kernels), so that the pointwise work around them can be a generated kernel.
 bool runsAlone(OpType op);
-// Reductions and contractions: ops whose output has reduction axes.
+// Reductions, contractions and gathers: ops whose output may have reduction axes (a gather's, over
+// the table's rows, when the table is sharded on them: passes/partial_gathers.cpp).
 bool reduces(OpType op);
+// Ops that a compute segment holds alone (contractions, sources, gathers: ATen runs them), so that
+// the pointwise work around them can still be a generated kernel.
+bool runsAlone(OpType op);
 
 }  // namespace mf

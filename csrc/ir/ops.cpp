@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <set>
 
+#include "support/counter_rng.h"
 #include "support/error.h"
 
 namespace mf {
@@ -355,6 +356,78 @@ TensorView* linear(TensorView* x, TensorView* w, TensorView* bias) {
   std::vector<Val*> ins = {x, w};
   if (bias != nullptr) ins.push_back(bias);
   f.newExpr(OpType::Linear, ins, {out});
+  return out;
+}
+
+}  // namespace mf
+
+namespace mf {
+namespace {
+
+// A constant scalar operand's value, or nullopt when it is a runtime input.
+std::optional<double> constantOf(const Val* v) { return static_cast<const Scalar*>(v)->value(); }
+
+void checkRngWord(const Val* v, const char* what) {
+  MF_USER_ARG_CHECK(!v->isTensor(), "uniform: ", what, " must be a scalar (a Python number or fd.define_scalar); got tensor ",
+                    v->toString());
+  MF_USER_ARG_CHECK(isIntegral(v->dtype()), "uniform: ", what, " must be an integer scalar; got ", toString(v->dtype()));
+  std::optional<double> c = constantOf(v);
+  MF_USER_ARG_CHECK(!c || (*c >= 0 && *c < static_cast<double>(kMaxRngSeed)), "uniform: ", what, " is ",
+                    static_cast<int64_t>(c.value_or(0)), "; expected an integer in [0, 2^53)");
+}
+
+}  // namespace
+
+TensorView* uniform(Val* low, Val* high, const std::vector<int64_t>& shape, DataType dtype, Val* seed, Val* offset) {
+  Fusion& f = fusionOf({low, high, seed, offset});
+  MF_USER_ARG_CHECK(isFloatingPoint(dtype), "uniform: dtype must be float, half, bfloat16 or double; got ", toString(dtype));
+  for (const auto& [v, what] : {std::pair<Val*, const char*>{low, "low"}, {high, "high"}}) {
+    MF_USER_ARG_CHECK(!v->isTensor(), "uniform: ", what, " must be a scalar (a Python number or fd.define_scalar); got tensor ",
+                      v->toString());
+    MF_USER_ARG_CHECK(v->dtype() != DataType::Bool, "uniform: ", what, " must be a number; got a bool scalar");
+  }
+  if (constantOf(low) && constantOf(high)) {
+    MF_USER_ARG_CHECK(*constantOf(low) <= *constantOf(high), "uniform: low (", *constantOf(low), ") must not exceed high (",
+                      *constantOf(high), ")");
+  }
+  checkRngWord(seed, "rng_seed");
+  checkRngWord(offset, "rng_offset");
+  std::vector<IterDomain*> ids;
+  for (size_t i = 0; i < shape.size(); ++i) {
+    MF_USER_ARG_CHECK(shape[i] >= 0, "uniform: shape axis ", i, " has extent ", shape[i],
+                      "; expected a static extent >= 0 (symbolic extents are not supported by uniform yet)");
+    ids.push_back(f.newIterDomain(Extent{shape[i], ""}, shape[i] == 1 ? IterType::Broadcast : IterType::Iteration));
+  }
+  TensorView* out = newOutput(f, dtype, ids);
+  ExprAttrs attrs;
+  attrs.shape = shape;
+  attrs.dtype = dtype;
+  f.newExpr(OpType::Uniform, {low, high, seed, offset}, {out}, attrs);
+  return out;
+}
+
+TensorView* embeddingFwd(TensorView* indices, TensorView* weight, std::optional<int64_t> padding_idx) {
+  Fusion& f = *indices->fusion();
+  MF_USER_ARG_CHECK(indices->dtype() == DataType::Int || indices->dtype() == DataType::Int32,
+                    "embedding_fwd: indices ", indices->toString(), " must be int64 or int32; got ",
+                    toString(indices->dtype()));
+  auto wi = weight->logicalNoReductions();
+  MF_USER_ARG_CHECK(wi.size() == 2, "embedding_fwd: weight ", weight->toString(),
+                    " must be 2-D [num_embeddings, embedding_dim]; got ", wi.size(), "-D");
+  std::vector<IterDomain*> ids;
+  for (IterDomain* id : indices->logicalNoReductions()) ids.push_back(freshLike(f, id, id->iterType()));
+  ids.push_back(freshLike(f, wi[1], wi[1]->iterType()));
+  ExprAttrs attrs;
+  if (padding_idx) {
+    const Extent& vocab = wi[0]->extent();
+    int64_t p = *padding_idx;
+    MF_USER_ARG_CHECK(!vocab.isConst() || (p >= -vocab.value && p < vocab.value), "embedding_fwd: padding_idx ", p,
+                      " is out of range for a weight of ", vocab.value, " embeddings; expected [", -vocab.value, ", ",
+                      vocab.value, ")");
+    attrs.dims = {p < 0 && vocab.isConst() ? p + vocab.value : p};  // as torch.nn.functional.embedding
+  }
+  TensorView* out = newOutput(f, weight->dtype(), ids);
+  f.newExpr(OpType::EmbeddingFwd, {indices, weight}, {out}, attrs);
   return out;
 }
 

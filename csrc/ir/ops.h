@@ -27,6 +27,14 @@ TensorView* squeeze(TensorView* x, std::vector<int64_t> dims);
 TensorView* permute(TensorView* x, const std::vector<int64_t>& dims);
 TensorView* matmul(TensorView* a, TensorView* b);
 TensorView* linear(TensorView* x, TensorView* w, TensorView* bias = nullptr);
+// Values in [low, high) of a floating `dtype`, drawn by the counter-based generator of
+// support/counter_rng.h from (seed, offset, global element index). All four are scalars; seed and
+// offset integers in [0, 2^53). `shape` is global and static.
+TensorView* uniform(Val* low, Val* high, const std::vector<int64_t>& shape, DataType dtype, Val* seed, Val* offset);
+// aten::embedding: rows of weight [num_embeddings, dim] picked by integer `indices`; the output is
+// [*indices.shape, dim] of the weight's dtype. padding_idx (forward-neutral, as in PyTorch) is
+// recorded and checked against num_embeddings.
+TensorView* embeddingFwd(TensorView* indices, TensorView* weight, std::optional<int64_t> padding_idx = std::nullopt);
 
 // Attention (ops_attention.cpp). q, k, v: [batch.., heads, seq, head_dim], one dtype (float, half,
 // bfloat16), k and v of one sequence length, one head_dim, the same leading axes (no

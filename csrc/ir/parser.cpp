@@ -376,7 +376,8 @@ class Parser {
       std::string value = arg.substr(key_end + 1);
       if (key == "dtype") attrs.dtype = parseDtype(value);
       else if (key == "shape") attrs.shape = parseInts(value);
-      else if (key == "dims" || key == "broadcast_dims" || key == "strides" || key == "pad_widths")
+      else if (key == "dims" || key == "broadcast_dims" || key == "strides" || key == "pad_widths" ||
+               key == "padding_idx")
         attrs.dims = parseInts(value);
       else if (key == "dropout_p") attrs.dropout_p = parseNumber(value);
       else if (key == "is_causal") attrs.is_causal = value == "true";

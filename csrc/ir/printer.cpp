@@ -44,6 +44,7 @@ std::string attrString(const Expr* e) {
   }
   if (mask & kAttrStrides) s += ", strides=" + listText(a.dims);
   if (mask & kAttrPadWidths) s += ", pad_widths=" + listText(a.dims);
+  if ((mask & kAttrPaddingIdx) && !a.dims.empty()) s += ", padding_idx=" + listText(a.dims);
   return s;
 }
 

@@ -20,6 +20,7 @@ class Pass {
 
 std::unique_ptr<Pass> makeValidateMeshesPass();
 std::unique_ptr<Pass> makePropagateShardingsPass();
+std::unique_ptr<Pass> makePartialGathersPass();
 std::unique_ptr<Pass> makeDecomposeReshardingsPass();
 std::unique_ptr<Pass> makeFinalizeAllocationPass();
 

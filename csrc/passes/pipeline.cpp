@@ -13,6 +13,7 @@ std::vector<std::unique_ptr<Pass>> defaultPipeline() {
   std::vector<std::unique_ptr<Pass>> passes;
   passes.push_back(makeValidateMeshesPass());
   passes.push_back(makePropagateShardingsPass());
+  passes.push_back(makePartialGathersPass());
   passes.push_back(makeDecomposeReshardingsPass());
   passes.push_back(makeFinalizeAllocationPass());
   return passes;

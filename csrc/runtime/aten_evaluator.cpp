@@ -3,12 +3,15 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "ir/domain_map.h"
 #include "ir/extent_expr.h"
 #include "ir/fusion.h"
 #include "multidevice/sharding.h"
 #include "runtime/attention.h"
+#include "runtime/uniform.h"
+#include "support/counter_rng.h"
 #include "support/error.h"
 
 namespace mf {
@@ -144,6 +147,54 @@ at::Tensor sliceAxes(const Expr* e, const std::vector<RuntimeValue>& in) {
   return x;
 }
 
+// A seed or offset of uniform: an integer in [0, 2^53) (checked here for runtime scalars).
+int64_t rngWord(const Expr* e, const RuntimeValue& v, const char* what) {
+  double d = v.scalar.toDouble();
+  MF_USER_CHECK(v.scalar.isIntegral(false) && d >= 0 && d < static_cast<double>(kMaxRngSeed), e->toString(), ": ", what,
+                " is ", v.scalar.toDouble(), "; expected an integer in [0, 2^53)");
+  return v.scalar.toLong();
+}
+
+at::Tensor uniform(const Expr* e, const std::vector<RuntimeValue>& in, const ExtentBindings& bindings,
+                   const EvalContext& context) {
+  const TensorView* out = e->out();
+  double low = in[0].scalar.toDouble(), high = in[1].scalar.toDouble();
+  MF_USER_CHECK(std::isfinite(low) && std::isfinite(high) && low <= high, e->toString(), ": low (", low, ") and high (",
+                high, ") must be finite with low <= high");
+  int64_t seed = rngWord(e, in[2], "rng_seed"), offset = rngWord(e, in[3], "rng_offset");
+  std::vector<int64_t> global = globalShape(out, bindings);
+  std::vector<int64_t> local = localShape(out, global);
+  at::Tensor indices = globalIndices(global, local, shardStart(out, context.rank, local),
+                                     at::TensorOptions().device(context.device));
+  return counterUniform(indices, low, high, seed, offset, toAten(out->dtype()));
+}
+
+// embedding_fwd; as partial_gathers rewrote it (a trailing reduction over the table's rows), this
+// rank holds rows [start, start + rows) of the table: it looks up the indices among them and leaves
+// zeros elsewhere, and the reduction across devices completes the lookup.
+at::Tensor embedding(const Expr* e, const std::vector<RuntimeValue>& in, const EvalContext& context) {
+  const std::vector<int64_t>& padding = e->attrs().dims;
+  const at::Tensor& indices = in[0].tensor;
+  const at::Tensor& weight = in[1].tensor;
+  int64_t padding_idx = padding.empty() ? -1 : padding[0];
+  if (e->out()->root().empty()) return callAten(opInfo(e->op()).aten, {weight, indices, padding_idx});
+  const auto* table = static_cast<const TensorView*>(e->input(1));
+  std::vector<int64_t> local(weight.sizes().begin(), weight.sizes().end());
+  int64_t start = shardStart(table, context.rank, local)[0];
+  int64_t rows = weight.size(0);
+  int64_t all_rows = rows * shardsPerAxis(table)[0];
+  // Every rank of the team holds these indices, so all of them raise this together.
+  bool checkable = indices.numel() > 0 && !indices.is_meta();
+  MF_USER_CHECK(!checkable || (indices.min().item<int64_t>() >= 0 && indices.max().item<int64_t>() < all_rows),
+                e->toString(), ": indices must lie in [0, ", all_rows, ") (the table's rows); got values in [",
+                indices.min().item<int64_t>(), ", ", indices.max().item<int64_t>(), "]");
+  at::Tensor shifted = indices - start;
+  at::Tensor here = (shifted >= 0).logical_and_(shifted < rows);
+  at::Tensor clamped = shifted.clamp(0, std::max<int64_t>(rows - 1, 0));
+  at::Tensor looked_up = callAten(opInfo(e->op()).aten, {weight, clamped, int64_t{-1}});
+  return looked_up.masked_fill_(here.logical_not().unsqueeze(-1), 0);
+}
+
 }  // namespace
 
 at::Tensor withStrideOrder(const at::Tensor& t, const std::vector<int64_t>& stride_order) {
@@ -159,7 +210,8 @@ at::Tensor withStrideOrder(const at::Tensor& t, const std::vector<int64_t>& stri
 
 namespace {
 
-at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in, const ExtentBindings& bindings) {
+at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in, const ExtentBindings& bindings,
+                             const EvalContext& context) {
   const TensorView* out = e->out();
   const OpInfo& info = opInfo(e->op());
   const at::Tensor& x = in[0].tensor;
@@ -202,6 +254,8 @@ at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in,
       break;
     }
     case AtenArgs::Attention: MF_THROW_INTERNAL("attention is evaluated by evaluateAttention");
+    case AtenArgs::CounterRng: result = uniform(e, in, bindings, context); break;
+    case AtenArgs::Embedding: result = embedding(e, in, context); break;
     case AtenArgs::Operands: {
       std::vector<c10::IValue> args;
       for (const RuntimeValue& v : in) {
@@ -231,10 +285,10 @@ at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in,
 }  // namespace
 
 std::vector<at::Tensor> evaluateExpr(const Expr* e, const std::vector<RuntimeValue>& in,
-                                     const ExtentBindings& bindings) {
+                                     const ExtentBindings& bindings, const EvalContext& context) {
   try {
     if (opInfo(e->op()).aten_args == AtenArgs::Attention) return evaluateAttention(e, in);
-    return {evaluateUnchecked(e, in, bindings)};
+    return {evaluateUnchecked(e, in, bindings, context)};
   } catch (const c10::Error& err) {
     MF_THROW_USER("while running ", e->toString(), ": ", err.what_without_backtrace());
   }

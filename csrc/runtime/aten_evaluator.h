@@ -32,9 +32,16 @@ std::vector<int64_t> globalShape(const TensorView* tv, const ExtentBindings& bin
 // stride, larger = outer); empty: row-major.
 at::Tensor withStrideOrder(const at::Tensor& t, const std::vector<int64_t>& stride_order);
 
+// Where an expr runs: ops whose values depend on where this rank's shard lies (uniform) read the
+// rank; ops without tensor operands create their output on `device`.
+struct EvalContext {
+  int64_t rank = 0;
+  c10::Device device = c10::Device(c10::kCPU);
+};
+
 // Evaluates `e` on `inputs` (one per e->inputs()) and returns the local output tensors, one per
 // e->outputs().
 std::vector<at::Tensor> evaluateExpr(const Expr* e, const std::vector<RuntimeValue>& inputs,
-                                     const ExtentBindings& bindings);
+                                     const ExtentBindings& bindings, const EvalContext& context = {});
 
 }  // namespace mf

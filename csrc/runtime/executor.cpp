@@ -256,7 +256,9 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
   // Per communication, the works to wait for (point-to-point moves post several).
   std::vector<std::vector<c10::intrusive_ptr<c10d::Work>>> works(program_->communications().size());
   bool use_kernels = false;
+  eval_device_ = c10::Device(c10::kCPU);
   for (const RuntimeValue& rv : inputs) {
+    if (rv.is_tensor) eval_device_ = rv.tensor.device();
     if (rv.is_tensor && rv.tensor.is_cuda()) use_kernels = !isDisabled(DisableOption::Codegen) && cudaKernelsAvailable();
   }
   ProfileRecorder* profile = ProfileRecorder::active();
@@ -380,7 +382,8 @@ namespace {
 
 // The ATen evaluator over `exprs` in order, reading and writing `values`.
 void evaluateExprs(const std::vector<Expr*>& exprs, std::unordered_map<const Val*, at::Tensor>& values,
-                   const std::unordered_map<const Val*, c10::Scalar>& scalars, const ExtentBindings& bindings) {
+                   const std::unordered_map<const Val*, c10::Scalar>& scalars, const ExtentBindings& bindings,
+                   const EvalContext& context) {
   for (const Expr* e : exprs) {
     std::vector<RuntimeValue> ins;
     ins.reserve(e->inputs().size());
@@ -395,7 +398,7 @@ void evaluateExprs(const std::vector<Expr*>& exprs, std::unordered_map<const Val
       rv.tensor = it->second;
       ins.push_back(std::move(rv));
     }
-    std::vector<at::Tensor> results = evaluateExpr(e, ins, bindings);
+    std::vector<at::Tensor> results = evaluateExpr(e, ins, bindings, context);
     for (size_t i = 0; i < results.size(); ++i) values[e->output(i)] = std::move(results[i]);
   }
 }
@@ -406,7 +409,7 @@ void FusionExecutor::runSegment(int64_t index, std::unordered_map<const Val*, at
                                 const std::unordered_map<const Val*, c10::Scalar>& scalars,
                                 const ExtentBindings& bindings, bool allow_kernels) {
   auto eval = [&](const std::vector<Expr*>& exprs, std::unordered_map<const Val*, at::Tensor>& vals) {
-    evaluateExprs(exprs, vals, scalars, bindings);
+    evaluateExprs(exprs, vals, scalars, bindings, EvalContext{program_->rank(), eval_device_});
   };
   const std::vector<Expr*>& exprs = program_->segments()[index].exprs;
   if (!allow_kernels) {
@@ -427,6 +430,7 @@ std::vector<std::string> FusionExecutor::generatedKernels(const std::vector<Runt
   MF_USER_CHECK(error.empty(), "cuda_kernels: ", error);
   std::unordered_map<const Val*, at::Tensor> values;
   std::unordered_map<const Val*, c10::Scalar> scalars;
+  eval_device_ = c10::Device(at::kMeta);
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].is_tensor) values[f.inputs()[i]] = inputs[i].tensor.to(at::kMeta);
     else scalars[f.inputs()[i]] = inputs[i].scalar;
@@ -441,7 +445,7 @@ std::vector<std::string> FusionExecutor::generatedKernels(const std::vector<Runt
       } else {  // plans the pieces on the meta values, evaluating each with ATen
         sk.run(program_->segments()[inst.index].exprs, f, values,
                [&](const std::vector<Expr*>& exprs, std::unordered_map<const Val*, at::Tensor>& vals) {
-                 evaluateExprs(exprs, vals, scalars, bindings);
+                 evaluateExprs(exprs, vals, scalars, bindings, EvalContext{program_->rank(), eval_device_});
                },
                [](const Val*) { return 0.0; }, /*launch=*/false, "segment " + std::to_string(inst.index));
       }

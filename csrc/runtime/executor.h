@@ -76,6 +76,9 @@ class FusionExecutor {
   bool multi_rank_ = false;
   uint64_t fingerprint_ = 0;  // of the definition and schedule, compared across ranks
   bool teams_created_ = false;
+  // Where ops without tensor operands (uniform) create their outputs in this call: the inputs'
+  // device, CPU when there is no tensor input, meta under cuda_kernels.
+  c10::Device eval_device_ = c10::Device(c10::kCPU);
 };
 
 // A user error, naming the mesh, when `program` spans several devices and `comm` is not initialized

@@ -186,6 +186,32 @@ class _Ops:
         tensors = [self._tensor(t, "sdpfa_bwd") for t in (grad_attn, q, k, v, attn, logsumexp, seed, offset)]
         return _C.ops.sdpfa_bwd(*tensors[:6], dropout_p, is_causal, *tensors[6:], scale)
 
+    def uniform(self, low, high, shape, dtype=DataType.Float, rng_seed=None, rng_offset=None):
+        """Values in [low, high), a function of (rng_seed, rng_offset, global element index) only:
+        any sharding of the output draws what the unsharded program draws. rng_seed and rng_offset
+        are integers in [0, 2^53) (Python ints or integer fd scalars); None means 0, so a definition
+        without them draws the same values on every call: pass a new offset (or seed) per call for
+        fresh numbers, e.g. a runtime `fd.define_scalar(dtype=DataType.Int)`."""
+        if any(isinstance(s, _C.Val) for s in shape):
+            raise _C.ArgumentError("uniform: shape must be static ints in this version (symbolic extents are not "
+                                   "supported yet); got " + repr(list(shape)))
+        shape = [int(s) for s in shape]
+        seed = self._val(0 if rng_seed is None else rng_seed)
+        offset = self._val(0 if rng_offset is None else rng_offset)
+        return _C.ops.uniform(self._val(low), self._val(high), shape, dtype, seed, offset)
+
+    def embedding_fwd(self, indices, weight, padding_idx=None, max_norm=None, norm_type=None,
+                      scale_grad_by_freq=None, sparse=None):
+        """torch.nn.functional.embedding's forward: output [*indices.shape, embedding_dim]."""
+        for name, value in (("max_norm", max_norm), ("scale_grad_by_freq", scale_grad_by_freq), ("sparse", sparse)):
+            if value not in (None, False):
+                raise _C.ArgumentError(f"embedding_fwd: {name}={value!r} is not supported (only None or False)")
+        if norm_type not in (None, 2.0, 2):
+            raise _C.ArgumentError(f"embedding_fwd: norm_type={norm_type!r} only matters with max_norm, which is "
+                                   "not supported")
+        return _C.ops.embedding_fwd(self._tensor(indices, "embedding_fwd"), self._tensor(weight, "embedding_fwd"),
+                                    None if padding_idx is None else int(padding_idx))
+
 
 class _Sched:
     """self.sched in the class style: schedule calls that take the tensor first."""

@@ -200,3 +200,22 @@ def test_integer_reductions_are_generated_in_double():
     (src,) = fd.cuda_kernels([torch.zeros(8, 16, dtype=torch.int64)])
     assert scheduler_of(src) == "reduction"
     assert "const long long* __restrict__ T0" in src and "double t1 = 0.0;" in src and "expf(t" not in src
+
+
+def test_double_compute_keeps_float_outputs_float():
+    """Integer inputs make a kernel compute in double; a float output (true division of integers)
+    is still stored through a float pointer (a double store wrote past the float buffer: NaNs on
+    the H200)."""
+    a = torch.randint(-1000, 1000, (129, 65))
+    b = torch.randint(-1000, 1000, (65,), dtype=torch.int32)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Int)
+        y = fd.define_tensor([-1], dtype=DataType.Int32)
+        fd.add_output(fd.ops.div(x, y))
+    (source,) = fd.cuda_kernels([a, b])
+    out = fd.execute([a, b])[0]
+    assert out.dtype == torch.float32
+    params = re.search(r"mf_pointwise_[0-9a-f]{16}\(([^)]*)\)", source).group(1)
+    assert "const long long*" in params and "const int*" in params, params
+    assert re.search(r"\bfloat\* __restrict__ T\d+", params), params
+    assert "double*" not in params, params

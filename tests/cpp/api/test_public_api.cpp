@@ -77,6 +77,7 @@ TEST(PublicApiTest, TransformerOpsAgainstATen) {
   EXPECT_TRUE(at::allclose(outputs.at(0), expected, 1e-5, 1e-5)) << outputs.at(0) << expected;
   EXPECT_EQ(outputs.at(0).stride(0), 1);  // stride_order {0, 1}: axis 0 innermost
   EXPECT_EQ(countStartingWith(exec.communications(), "Allreduce"), d > 1 ? 2 : 0) << exec.hostProgram();
+}
 
 // The same layer with each device's output rows in 2 stream chunks (each chunk's ReduceScatter
 // overlapping the next chunk's GEMM), and with the overlap option (the ring) instead.

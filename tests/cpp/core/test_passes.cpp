@@ -2,6 +2,8 @@
 // (one pass at a time on IR text: tests/cpp/passes/).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "host/host_program.h"
 #include "ir/ops.h"
 #include "ir/printer.h"
@@ -35,9 +37,10 @@ TEST(PassesTest, SeedLinearReduceScatterDecomposes) {
   auto f = seedLinearReduceScatter();
   std::vector<std::pair<std::string, std::string>> trace;
   runPipeline(*f, &trace);
-  ASSERT_EQ(trace.size(), 4u);
-  EXPECT_EQ(trace[2].first, "decompose_reshardings");
-  EXPECT_EQ(trace[2].second,
+  // The IR after decompose_reshardings, wherever it sits in the pipeline.
+  auto after = std::find_if(trace.begin(), trace.end(), [](const auto& t) { return t.first == "decompose_reshardings"; });
+  ASSERT_NE(after, trace.end());
+  EXPECT_EQ(after->second,
             "Fusion {\n"
             "  input T0_float[i0{s0}, i1{8}, i2{4}] mesh=[0 1]\n"
             "    OuterSplit(i2{4}, factor 2) -> iDIDx9{2}, i10{2}\n"
