@@ -86,6 +86,14 @@ bool pullBiasAfterReduction(Fusion& f, Expr* e) {
   copyShardings(out, t);
   std::vector<Val*> operands = e->inputs();
   Val* bias = operands[bias_input];
+  // The add broadcasts right-aligned; a 2-D bias [a, b] of a 3-D weight is not right-aligned with
+  // an output [a, batch.., b] that has batch axes.
+  const auto* bias_tv = dynamic_cast<const TensorView*>(bias);
+  MF_USER_CHECK(bias_tv == nullptr || bias_tv->logicalNoReductions().size() < 2 ||
+                    out->logicalNoReductions().size() == bias_tv->logicalNoReductions().size(),
+                e->toString(), ": the 2-D bias ", bias->toString(),
+                " cannot be added after the reduction across devices, because the output has batch axes between its "
+                "two axes; add the bias in a separate op after the linear, broadcast to the output's shape");
   operands.erase(operands.begin() + bias_input);
   OpType op = e->op();
   ExprAttrs attrs = e->attrs();

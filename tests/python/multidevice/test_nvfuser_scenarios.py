@@ -514,7 +514,6 @@ def test_shard_tensor_broadcast(multidevice_test):
 
 
 # -- test_matmul.py --------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=True, reason="meshfuser puts a 3-D weight's device axis after the batch axes ([b, s, d, e]); nvFuser puts it first")
 def test_linear_logical_split(multidevice_test):
     # The older style: the weight's output features are a logical axis of extent d, so the weight is
     # 3-D ([d, e, e]) and the output [d, b, s, e] carries the device axis first.
@@ -800,3 +799,67 @@ def test_dtensor_parallel_linear_forward(multidevice_test, row):
         torch.testing.assert_close(out.full_tensor().cpu(), expected)
     else:
         torch.testing.assert_close(out.to_local().cpu(), expected.split(e, dim=-1)[multidevice_test.rank])
+
+
+# -- regressions found while restating the scenarios -----------------------------------------------
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_linear_three_dimensional_weight_row_parallel(multidevice_test, with_bias):
+    # A 3-D weight [a, n, k] with the contraction sharded: the output [a, m, n] (weight's leading
+    # axis first, as test_linear_logical_split expects) is reduced across devices by one Allreduce.
+    d = multidevice_test.size
+    mesh = DeviceMesh(torch.arange(d))
+    a, n, k = 2, 4, d * 4
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([k])
+        w = fd.define_tensor([a, n, k])
+        b = fd.define_tensor([a, n]) if with_bias else None
+        out = fd.ops.linear(x, w, b)
+        fd.add_output(out)
+        _shard_all([x, w], mesh, -1, -2)
+        out.set_device_mesh(mesh)
+        if with_bias:
+            b.set_device_mesh(mesh)
+
+    ux, uw, ub = torch.randn(k), torch.randn(a, n, k), torch.randn(a, n)
+    inputs = [multidevice_test.shard_tensor(ux, x), multidevice_test.shard_tensor(uw, w)]
+    if with_bias:
+        inputs.append(ub.to(multidevice_test.device))
+    (out_t,) = fd.execute(inputs)
+    expected = torch.einsum("k,ank->an", ux, uw) + (ub if with_bias else 0)
+    torch.testing.assert_close(out_t.cpu(), expected, rtol=1e-5, atol=1e-4)
+    assert _kinds(fd, inputs) == (["Allreduce"] if d > 1 else [])
+
+
+def test_linear_three_dimensional_weight_with_batch_axes_row_parallel(multidevice_test):
+    d = multidevice_test.size
+    mesh = DeviceMesh(torch.arange(d))
+    a, m, n, k = 2, 3, 4, d * 4
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([m, k])
+        w = fd.define_tensor([a, n, k])
+        out = fd.ops.linear(x, w)
+        fd.add_output(out)
+        _shard_all([x, w], mesh, -1, -2)
+        out.set_device_mesh(mesh)
+
+    ux, uw = torch.randn(m, k), torch.randn(a, n, k)
+    inputs = [multidevice_test.shard_tensor(ux, x), multidevice_test.shard_tensor(uw, w)]
+    (out_t,) = fd.execute(inputs)
+    torch.testing.assert_close(out_t.cpu(), torch.einsum("mk,ank->amn", ux, uw), rtol=1e-5, atol=1e-4)
+
+
+def test_linear_two_dimensional_bias_after_device_reduction_with_batch_axes_is_an_error(multidevice_test):
+    d = multidevice_test.size
+    mesh = DeviceMesh(torch.arange(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([3, d * 4])
+        w = fd.define_tensor([2, 4, d * 4])
+        b = fd.define_tensor([2, 4])
+        fd.add_output(fd.ops.linear(x, w, b))
+        _shard_all([x, w], mesh, -1, -2)
+        b.set_device_mesh(mesh)
+
+    inputs = [torch.randn(3, 4).to(multidevice_test.device), torch.randn(2, 4, 4).to(multidevice_test.device),
+              torch.randn(2, 4).to(multidevice_test.device)]
+    with pytest.raises(meshfuser.Error, match=r"2-D bias T2.*batch axes"):
+        fd.execute(inputs)
