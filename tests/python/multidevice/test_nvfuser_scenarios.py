@@ -1041,3 +1041,66 @@ def test_sdpa_head_parallel_logical_split(multidevice_test):
     per_head = lambda t: t.view(b, d, h // d, s, e)[:, rank:rank + 1].transpose(0, 1).contiguous()  # noqa: E731
     (attn_t,) = fd.execute([per_head(t).to(multidevice_test.device) for t in [uq, uk, uv]])
     torch.testing.assert_close(attn_t.cpu(), per_head(expected), rtol=1e-4, atol=1e-4)
+
+
+# -- test_alphafold3.py: the triangle update's contraction on a [dp, cp, cp] mesh ------------------
+@pytest.mark.parametrize("outgoing", [True, False], ids=["outgoing", "incoming"])
+def test_triangle_update_contraction_3d_mesh(multidevice_test, outgoing):
+    # The pair representation [b, i, j, c] is split on b (mesh_z), i (mesh_y) and j (mesh_x). The
+    # triangle update contracts over the third token k; nvFuser's schedule shards the matmul output
+    # on b, i, j and its contraction on one mesh axis. (nvFuser's test wraps this in layer norms and
+    # gating with var_mean, size and slice; this is the multi-device core.)
+    d, cp = multidevice_test.size, 2
+    if d % (cp * cp):
+        pytest.skip(f"needs a rank count divisible by {cp * cp}")
+    dp = d // (cp * cp)
+    mesh = DeviceMesh(torch.arange(d).view(dp, cp, cp))
+    c = 4
+    with FusionDefinition() as fd:
+        left = fd.define_tensor(shape=[-1, -1, -1, c], contiguity=True)
+        right = fd.define_tensor(shape=[-1, -1, -1, c], contiguity=True)
+        if outgoing:
+            a, b = fd.ops.permute(left, [0, 3, 1, 2]), fd.ops.permute(right, [0, 3, 2, 1])
+        else:
+            a, b = fd.ops.permute(left, [0, 3, 2, 1]), fd.ops.permute(right, [0, 3, 1, 2])
+        product = fd.ops.matmul(a, b)  # [b, c, i, j, r{k}]
+        fd.add_output(fd.ops.permute(product, [0, 2, 3, 1]))
+        for tv in [left, right, product]:
+            tv.set_device_mesh(mesh)
+        for tv in [left, right]:
+            tv.outer_split(2, cp)
+            tv.axis(2).parallelize(MESH_X)
+            tv.outer_split(1, cp)
+            tv.axis(1).parallelize(MESH_Y)
+            tv.outer_split(0, dp)
+            tv.axis(0).parallelize(MESH_Z)
+        product.outer_split(-1, cp)
+        product.axis(-2).parallelize(MESH_X if outgoing else MESH_Y)
+        product.outer_split(3, cp)
+        product.axis(3).parallelize(MESH_X)
+        product.outer_split(2, cp)
+        product.axis(2).parallelize(MESH_Y)
+        product.outer_split(0, dp)
+        product.axis(0).parallelize(MESH_Z)
+
+    n = cp * 3
+    uleft, uright = torch.randn(dp * 2, n, n, c), torch.randn(dp * 2, n, n, c)
+    if outgoing:
+        expected = torch.einsum("bikc,bjkc->bijc", uleft, uright)
+    else:
+        expected = torch.einsum("bkic,bkjc->bijc", uleft, uright)
+    inputs = [multidevice_test.shard_tensor(uleft, left), multidevice_test.shard_tensor(uright, right)]
+    (out_t,) = fd.execute(inputs)
+    shardings = fd.get_output_shardings()[0]
+    want = expected
+    for pt, axis_size in [(MESH_X, cp), (MESH_Y, cp), (MESH_Z, dp)]:
+        axis = shardings.axis_sharded_on(pt)
+        if axis >= 0:
+            coord = {MESH_X: multidevice_test.rank % cp, MESH_Y: (multidevice_test.rank // cp) % cp,
+                     MESH_Z: multidevice_test.rank // (cp * cp)}[pt]
+            want = want.chunk(axis_size, dim=axis)[coord]
+    torch.testing.assert_close(out_t.cpu(), want, rtol=1e-4, atol=1e-4)
+    assert [shardings.axis_sharded_on(pt) for pt in (MESH_Z, MESH_Y, MESH_X)] == [0, 1, 2]
+    # one operand's token axis moves from mesh_y to mesh_x (gathered within mesh_y teams), then
+    # the partial products are reduce-scattered within mesh_x teams
+    assert _kinds(fd, inputs) == ["Allgather", "ReduceScatter"]
