@@ -5,6 +5,7 @@ checks this rank's shard. Scenarios that need a feature still being built elsewh
 xfail(strict=False); deliberate differences are listed in docs/nvfuser_differences.md."""
 import pytest
 import torch
+import torch.distributed as dist
 
 import meshfuser
 from meshfuser import DataType, DeviceMesh, FusionDefinition, ParallelType
@@ -31,6 +32,8 @@ def test_sizes_and_ranks(multidevice_test):
     t = multidevice_test
     assert t.size > 0 and 0 <= t.rank < t.size
     assert t.local_size > 0 and 0 <= t.local_rank < t.local_size
+    assert (t.communicator.size(), t.communicator.rank()) == (t.size, t.rank)
+    assert (dist.get_world_size(), dist.get_rank()) == (t.size, t.rank)
 
 
 def test_pointwise_logical_split_gathers_into_replicated_output(multidevice_test):
@@ -759,7 +762,7 @@ def multidevice_device_type():
     return "cuda" if torch.cuda.is_available() and os.environ.get("MESHFUSER_TEST_DEVICE", "cuda") == "cuda" else "cpu"
 
 
-def test_dtensor_plus_one(multidevice_test):
+def test_dtensor_plus_one(setup_default_process_group, multidevice_test):
     from torch.distributed.tensor import Shard, distribute_tensor
     d = multidevice_test.size
 
@@ -776,7 +779,7 @@ def test_dtensor_plus_one(multidevice_test):
 
 
 @pytest.mark.parametrize("row", [False, True], ids=["column", "row"])
-def test_dtensor_parallel_linear_forward(multidevice_test, row):
+def test_dtensor_parallel_linear_forward(setup_default_process_group, multidevice_test, row):
     # nvFuser's test also runs the backward through its own autograd Function; meshfuser's DTensor
     # glue compiles forward programs (see docs/nvfuser_differences.md).
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
