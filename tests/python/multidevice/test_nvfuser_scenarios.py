@@ -1107,3 +1107,73 @@ def test_triangle_update_contraction_3d_mesh(multidevice_test, outgoing):
     # one operand's token axis moves from mesh_y to mesh_x (gathered within mesh_y teams), then
     # the partial products are reduce-scattered within mesh_x teams
     assert _kinds(fd, inputs) == ["Allgather", "ReduceScatter"]
+
+
+def _layer_norm(fd, x, w, b):
+    x = fd.ops.cast(x, dtype=DataType.Float)
+    var, mean = fd.ops.var_mean(x, dims=[-1], correction=0, keepdim=True)
+    y = fd.ops.mul(fd.ops.sub(x, mean), fd.ops.rsqrt(fd.ops.add(var, fd.define_scalar(1e-5))))
+    shape = fd.ops.shape(x)
+    y = fd.ops.mul(y, fd.ops.cast(fd.ops.broadcast_in_dim(w, shape=shape, broadcast_dims=[-1]), DataType.Float))
+    return fd.ops.add(y, fd.ops.cast(fd.ops.broadcast_in_dim(b, shape=shape, broadcast_dims=[-1]), DataType.Float))
+
+
+@pytest.mark.xfail(strict=False, reason="needs var_mean, shape/size and slice")
+def test_triangle_update_outgoing_full(multidevice_test):
+    # nvFuser's whole outgoing triangle update: layer norm, gated projection to [a | b], masked,
+    # sliced, contracted over the third token, layer norm and gating again.
+    d, cp = multidevice_test.size, 2
+    if d % (cp * cp):
+        pytest.skip(f"needs a rank count divisible by {cp * cp}")
+    dp = d // (cp * cp)
+    mesh = DeviceMesh(torch.arange(d).view(dp, cp, cp))
+    c = 8
+    with FusionDefinition() as fd:
+        z_in = fd.define_tensor(shape=[-1, -1, -1, c], contiguity=True)
+        w_norm_in, b_norm_in = fd.define_tensor([c]), fd.define_tensor([c])
+        w_p_in, w_g_in = fd.define_tensor([2 * c, c]), fd.define_tensor([2 * c, c])
+        w_norm_out, b_norm_out = fd.define_tensor([c]), fd.define_tensor([c])
+        w_p_out, w_g_out = fd.define_tensor([c, c]), fd.define_tensor([c, c])
+        mask = fd.define_tensor(shape=[-1, -1, -1], dtype=DataType.Bool, contiguity=True)
+        batch, tokens = fd.ops.size(z_in, 0), fd.ops.size(z_in, 1)
+        normed = _layer_norm(fd, z_in, w_norm_in, b_norm_in)
+        z = fd.ops.mul(fd.ops.linear(normed, w_p_in), fd.ops.sigmoid(fd.ops.linear(normed, w_g_in)))
+        z = fd.ops.where(fd.ops.broadcast_in_dim(mask, shape=[batch, tokens, tokens, 2 * c], broadcast_dims=[0, 1, 2]),
+                         z, 0.0)
+        a = fd.ops.permute(fd.ops.slice(z, [0, 0, 0, 0], [batch, tokens, tokens, c]), [0, 3, 1, 2])
+        b = fd.ops.permute(fd.ops.slice(z, [0, 0, 0, c], [batch, tokens, tokens, 2 * c]), [0, 3, 2, 1])
+        product = fd.ops.matmul(a, b)
+        z = _layer_norm(fd, fd.ops.permute(product, [0, 2, 3, 1]), w_norm_out, b_norm_out)
+        fd.add_output(fd.ops.mul(fd.ops.linear(z, w_p_out), fd.ops.sigmoid(fd.ops.linear(normed, w_g_out))))
+        for tv in fd.fusion.inputs() + [product]:
+            tv.set_device_mesh(mesh)
+        for tv in [z_in, mask]:
+            tv.outer_split(2, cp)
+            tv.axis(2).parallelize(MESH_X)
+            tv.outer_split(1, cp)
+            tv.axis(1).parallelize(MESH_Y)
+            tv.outer_split(0, dp)
+            tv.axis(0).parallelize(MESH_Z)
+        product.outer_split(-1, cp)
+        product.axis(-2).parallelize(MESH_X)
+        product.outer_split(3, cp)
+        product.axis(3).parallelize(MESH_X)
+        product.outer_split(2, cp)
+        product.axis(2).parallelize(MESH_Y)
+        product.outer_split(0, dp)
+        product.axis(0).parallelize(MESH_Z)
+
+    n = cp * 3
+    uz, umask = torch.randn(dp * 2, n, n, c), torch.rand(dp * 2, n, n) > 0.3
+    params = [torch.randn(c), torch.randn(c), torch.randn(2 * c, c) / 3, torch.randn(2 * c, c) / 3,
+              torch.randn(c), torch.randn(c), torch.randn(c, c) / 3, torch.randn(c, c) / 3]
+    wn_in, bn_in, wp_in, wg_in, wn_out, bn_out, wp_out, wg_out = params
+    F = torch.nn.functional
+    normed = F.layer_norm(uz, [c], wn_in, bn_in)
+    gated = F.linear(normed, wp_in) * torch.sigmoid(F.linear(normed, wg_in)) * umask.unsqueeze(-1)
+    product = torch.einsum("bikc,bjkc->bijc", gated[..., :c], gated[..., c:])
+    expected = F.linear(F.layer_norm(product, [c], wn_out, bn_out), wp_out) * torch.sigmoid(F.linear(normed, wg_out))
+    inputs = [multidevice_test.shard_tensor(uz, z_in)] + [p.to(multidevice_test.device) for p in params]
+    inputs.append(multidevice_test.shard_tensor(umask, mask))
+    (out_t,) = fd.execute(inputs)
+    torch.testing.assert_close(out_t.cpu(), multidevice_test.shard_tensor(expected, z_in).cpu(), rtol=1e-4, atol=1e-4)
