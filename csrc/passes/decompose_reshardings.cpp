@@ -6,7 +6,8 @@
 //   1. moves the bias of a linear whose contraction is sharded after the reduction (so it is added
 //      once, not once per device). The bias-free product keeps every device split of the result,
 //      the reduction's and the output's alike: with the output scattered on the sequence that is
-//      one ReduceScatter, and the bias is added to the scattered result;
+//      one ReduceScatter, and the bias is added to the scattered result (a 2-D bias of a 3-D weight
+//      whose output has batch axes cannot be added right-aligned: a user error);
 //   2. rfactors reductions with a device-parallel reduction split into a local partial op plus a
 //      reduction over the device axis (seed 001);
 //   3. inserts sets: after an op with one tensor input (the op runs on the input's sharding), before
