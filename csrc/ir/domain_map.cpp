@@ -127,21 +127,25 @@ std::vector<int64_t> mapPad(const Expr* e, size_t input_index) {
   return map;
 }
 
-// out = [batch..., out_features (0, 1 or 2 axes), r{k}]; input 0 is x, 1 the weight, 2 the bias.
+// out = [a (3-D weight only), batch..., out_features (2-D or 3-D weight), r{k}]; input 0 is x, 1 the
+// weight ([out_features, k], or [a, out_features, k]), 2 the bias ([out_features], or [a, out_features]).
 std::vector<int64_t> mapLinear(const Expr* e, size_t input_index) {
   Ranks r = ranksOf(e, input_index);
   std::vector<int64_t> map(r.prank, -1);
   int64_t prank = r.prank, crank = r.crank;
+  const bool leading_weight_axis = rankOf(e->input(1)) == 3;
   if (input_index == 0) {
-    for (int64_t p = 0; p + 1 < prank; ++p) map[p] = p;
+    for (int64_t p = 0; p + 1 < prank; ++p) map[p] = p + (leading_weight_axis ? 1 : 0);
     map[prank - 1] = crank - 1;
   } else if (input_index == 1) {
-    // [out_features..., k]: the output axes end the output's iteration axes, k is its reduction.
-    for (int64_t p = 0; p < prank; ++p) map[p] = crank - prank + p;
+    // k is the output's reduction; out_features is its last iteration axis; a leads.
+    map[prank - 1] = crank - 1;
+    if (prank >= 2) map[prank - 2] = crank - 2;
+    if (prank == 3) map[0] = 0;
   } else {
-    // The bias has the weight's output axes (or one of extent 1/out_features): right-aligned
-    // against them, just before r{k}.
-    for (int64_t p = 0; p < prank; ++p) map[p] = crank - 1 - prank + p;
+    // out_features (or an axis of extent 1) just before r{k}; a 2-D bias's first axis is a.
+    if (prank >= 1) map[prank - 1] = crank - 2;
+    if (prank == 2) map[0] = 0;
   }
   return map;
 }

@@ -325,7 +325,8 @@ TensorView* linear(TensorView* x, TensorView* w, TensorView* bias) {
   auto wi = w->logicalNoReductions();
   MF_USER_ARG_CHECK(xi.size() >= 1, "linear: input ", x->toString(), " needs at least one axis");
   // A 3-D weight [a, b, k] is the 2-D weight [a*b, k] with its output features split logically
-  // (e.g. [d, n/d, k] sharded on its first axis); the output then ends [.., a, b].
+  // (e.g. [d, n/d, k] sharded on its first axis). As in nvFuser, its leading axis leads the output:
+  // [a, batch.., b, r{k}].
   MF_USER_ARG_CHECK(wi.size() >= 1 && wi.size() <= 3, "linear: weight ", w->toString(), " must be 1-D, 2-D or 3-D; got ",
                     wi.size(), "-D");
   MF_USER_ARG_CHECK(x->dtype() == w->dtype(), "linear: input and weight dtypes differ: ", toString(x->dtype()), " vs ",
@@ -337,8 +338,9 @@ TensorView* linear(TensorView* x, TensorView* w, TensorView* bias) {
                 w->toString(), " has ", kw->extent().value, " (last axis)");
   if (!kx->extent().isConst() && !kw->extent().isConst()) f.unifySymbols(kx->extent().symbol, kw->extent().symbol);
   std::vector<IterDomain*> ids;
+  if (wi.size() == 3) ids.push_back(freshLike(f, wi[0], wi[0]->iterType()));
   for (size_t i = 0; i + 1 < xi.size(); ++i) ids.push_back(freshLike(f, xi[i], xi[i]->iterType()));
-  for (size_t i = 0; i + 1 < wi.size(); ++i) ids.push_back(freshLike(f, wi[i], wi[i]->iterType()));
+  if (wi.size() >= 2) ids.push_back(freshLike(f, wi[wi.size() - 2], wi[wi.size() - 2]->iterType()));
   ids.push_back(freshLike(f, kx, IterType::Reduction));
   if (bias != nullptr) {
     auto bi = bias->logicalNoReductions();

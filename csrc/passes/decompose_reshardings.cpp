@@ -6,7 +6,8 @@
 //   1. moves the bias of a linear whose contraction is sharded after the reduction (so it is added
 //      once, not once per device). The bias-free product keeps every device split of the result,
 //      the reduction's and the output's alike: with the output scattered on the sequence that is
-//      one ReduceScatter, and the bias is added to the scattered result;
+//      one ReduceScatter, and the bias is added to the scattered result (a 2-D bias of a 3-D weight
+//      whose output has batch axes cannot be added right-aligned: a user error);
 //   2. rfactors reductions with a device-parallel reduction split into a local partial op plus a
 //      reduction over the device axis (seed 001);
 //   3. inserts sets: after an op with one tensor input (the op runs on the input's sharding), after
@@ -101,6 +102,14 @@ bool pullBiasAfterReduction(Fusion& f, Expr* e) {
   copyShardings(out, t);
   std::vector<Val*> operands = e->inputs();
   Val* bias = operands[bias_input];
+  // The add broadcasts right-aligned; a 2-D bias [a, b] of a 3-D weight is not right-aligned with
+  // an output [a, batch.., b] that has batch axes.
+  const auto* bias_tv = dynamic_cast<const TensorView*>(bias);
+  MF_USER_CHECK(bias_tv == nullptr || bias_tv->logicalNoReductions().size() < 2 ||
+                    out->logicalNoReductions().size() == bias_tv->logicalNoReductions().size(),
+                e->toString(), ": the 2-D bias ", bias->toString(),
+                " cannot be added after the reduction across devices, because the output has batch axes between its "
+                "two axes; add the bias in a separate op after the linear, broadcast to the output's shape");
   operands.erase(operands.begin() + bias_input);
   OpType op = e->op();
   ExprAttrs attrs = e->attrs();

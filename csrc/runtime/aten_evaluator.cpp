@@ -250,7 +250,7 @@ at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in,
       at::Tensor flat = callAten(info.aten, {x, w2, bias});
       std::vector<int64_t> shape(flat.sizes().begin(), flat.sizes().end() - 1);
       shape.insert(shape.end(), out_axes.begin(), out_axes.end());
-      result = flat.reshape(shape);
+      result = flat.reshape(shape).movedim(-2, 0).contiguous();  // [a, batch.., b] (ops.cpp linear)
       break;
     }
     case AtenArgs::Attention: MF_THROW_INTERNAL("attention is evaluated by evaluateAttention");

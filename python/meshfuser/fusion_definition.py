@@ -5,6 +5,8 @@ from . import _C
 from ._C import DataType, ParallelType, OpType
 
 TensorView = _C.TensorView
+# nvFuser's "no dtype given" (Thunder writes sum(..., dtype=DataType.Null)): the op's default.
+DataType.Null = None
 
 # Plain unary and binary ops come from the op registry (one entry per op in C++); ops with
 # attributes (cast, reductions, layout ops) have Python signatures of their own below.
@@ -38,6 +40,9 @@ class _IterDomainRef:
 
 
 TensorView.axis = lambda self, i: _IterDomainRef(self, i)
+# nvFuser's spelling, used by its tests: fd.fusion.inputs(), fd.fusion.outputs()
+_C.Fusion.inputs = lambda self: [self.input(i) for i in range(self.num_inputs())]
+_C.Fusion.outputs = lambda self: [self.output(i) for i in range(self.num_outputs())]
 TensorView.__add__ = lambda a, b: _current_ops(a).add(a, b)
 TensorView.__radd__ = lambda a, b: _current_ops(a).add(b, a)
 TensorView.__sub__ = lambda a, b: _current_ops(a).sub(a, b)
@@ -121,15 +126,28 @@ class _Ops:
     def broadcast_in_dim(self, x, shape, broadcast_dims):
         return _C.ops.broadcast_in_dim(self._tensor(x, "broadcast_in_dim"), list(shape), list(broadcast_dims))
 
+    def broadcast(self, x, is_broadcast_dim):
+        """nvFuser's broadcast: the output has an axis of extent 1 wherever is_broadcast_dim is True
+        and x's axes, in order, elsewhere."""
+        x = self._tensor(x, "broadcast")
+        flags = [bool(b) for b in is_broadcast_dim]
+        kept = [i for i, b in enumerate(flags) if not b]
+        if len(kept) != len(x.shape):
+            raise _C.ArgumentError(f"broadcast: is_broadcast_dim {flags} keeps {len(kept)} axes but {x} has "
+                                   f"{len(x.shape)}")
+        return self.broadcast_in_dim(x, [1 if b else -1 for b in flags], kept)
+
     def squeeze(self, x, dims):
         return _C.ops.squeeze(self._tensor(x, "squeeze"), [dims] if isinstance(dims, int) else list(dims))
 
     def permute(self, x, dims):
         return _C.ops.permute(self._tensor(x, "permute"), list(dims))
 
-    def reshape(self, x, shape):
+    def reshape(self, x, shape=None, new_shape=None):
+        if (shape is None) == (new_shape is None):
+            raise _C.ArgumentError("reshape: give the shape once, as `shape` or as nvFuser's `new_shape`")
         x = self._tensor(x, "reshape")
-        shape = list(shape)
+        shape = list(shape if new_shape is None else new_shape)
         if all(isinstance(s, numbers.Integral) for s in shape):
             return _C.ops.reshape(x, [int(s) for s in shape])
         return _C.ops.reshape_vals(x, [self._val(s) for s in shape])
@@ -292,7 +310,11 @@ class FusionDefinition:
         self._defined = True
         return False
 
-    def define_tensor(self, shape, dtype=DataType.Float, contiguity=None, stride_order=None, symbolic_sizes=None):
+    def define_tensor(self, shape, dtype=DataType.Float, contiguity=None, stride_order=None, symbolic_sizes=None,
+                      is_cpu=False):
+        if is_cpu:  # nvFuser's CPU scalar tensors beside a GPU fusion; here a fusion runs where its inputs are
+            raise _C.ArgumentError("define_tensor: is_cpu=True is not supported; pass a 0-D value with "
+                                   "define_scalar, or run the whole fusion on CPU tensors")
         if symbolic_sizes is not None:
             shape = symbolic_sizes
         if isinstance(contiguity, bool):

@@ -21,6 +21,10 @@ class MultideviceTest:
             self.device = torch.device("cpu")
 
     @property
+    def communicator(self):
+        return self._comm
+
+    @property
     def size(self):
         return self._comm.size()
 
@@ -53,6 +57,15 @@ def multidevice_test():
     torch.manual_seed(0)
     _C.clear_caches()
     return MultideviceTest()
+
+
+@pytest.fixture(scope="session")
+def setup_default_process_group():
+    """nvFuser's fixture for tests that call torch.distributed directly (DTensor, device meshes):
+    the default process group, initialized from the launcher's environment if nobody has yet."""
+    from .distributed import _ensure_initialized
+    _ensure_initialized()
+    yield
 
 
 def communication_kinds(names):

@@ -112,15 +112,16 @@ def test_linear_with_a_three_dimensional_weight(multidevice_test, gather):
             tv.set_device_mesh(mesh)
         w.axis(0).parallelize(ParallelType.mesh_x)
         b.axis(0).parallelize(ParallelType.mesh_x)
-        y.axis(1).parallelize(ParallelType.mesh_x)
+        y.axis(0).parallelize(ParallelType.mesh_x)  # y: [d, m, n/d], as in nvFuser
         if gather:
             out.set_device_mesh(mesh)
     ux, uw, ub = torch.randn(m, k), torch.randn(d, n_per, k), torch.randn(d, n_per)
     (res,), comms = _comms(fd, [ux.to(dev), uw[rank:rank + 1].to(dev), ub[rank:rank + 1].to(dev)])
     expected = torch.nn.functional.linear(ux, uw.reshape(d * n_per, k), ub.reshape(-1)).reshape(m, d, n_per)
+    expected = expected.permute(1, 0, 2)
     if gather:
         assert communication_kinds(comms) == (["Allgather"] if d > 1 else []), comms
         torch.testing.assert_close(res.cpu(), expected, rtol=1.3e-6, atol=1e-4)
     else:
         assert comms == []
-        torch.testing.assert_close(res.cpu(), expected[:, rank:rank + 1], rtol=1.3e-6, atol=1e-4)
+        torch.testing.assert_close(res.cpu(), expected[rank:rank + 1], rtol=1.3e-6, atol=1e-4)
