@@ -150,6 +150,35 @@ TensorView max(const TensorView& x, const std::vector<int64_t>& dims) {
 }
 TensorView permute(const TensorView& x, const std::vector<int64_t>& dims) { return wrap(mf::permute(in(x), dims)); }
 TensorView reshape(const TensorView& x, const std::vector<int64_t>& shape) { return wrap(mf::reshape(in(x), shape)); }
+std::pair<TensorView, TensorView> varMean(const TensorView& x, const std::vector<int64_t>& dims, double correction,
+                                          bool keepdim) {
+  auto [var, mean] = mf::varMean(in(x), dims, correction, keepdim);
+  return {wrap(var), wrap(mean)};
+}
+TensorView slice(const TensorView& x, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
+                 const std::vector<int64_t>& strides) {
+  mf::Fusion& f = *in(x)->fusion();
+  auto constants = [&](const std::vector<int64_t>& v) {
+    std::vector<mf::Val*> r;
+    for (int64_t i : v) r.push_back(f.newScalar(mf::DataType::Int, static_cast<double>(i)));
+    return r;
+  };
+  return wrap(mf::slice(in(x), constants(starts), constants(ends), strides));
+}
+TensorView cat(const std::vector<TensorView>& xs, int64_t dim) {
+  std::vector<mf::TensorView*> tvs;
+  for (const TensorView& t : xs) {
+    OpAccess::same(xs.at(0), t, "cat");
+    tvs.push_back(in(t));
+  }
+  return wrap(mf::cat(tvs, dim));
+}
+TensorView pad(const TensorView& x, const std::vector<int64_t>& pad_widths, double value) {
+  return wrap(mf::pad(in(x), pad_widths, in(x)->fusion()->newScalar(mf::DataType::Double, value)));
+}
+TensorView strideOrder(const TensorView& x, const std::vector<int64_t>& stride_order) {
+  return wrap(mf::strideOrder(in(x), stride_order));
+}
 }  // namespace ops
 
 }  // namespace meshfuser

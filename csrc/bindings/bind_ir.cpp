@@ -81,7 +81,9 @@ void bindIr(py::module& m) {
       .def("__repr__", [](const DeviceMesh& d) { return "DeviceMesh(" + d.toString() + ")"; });
 
   py::class_<Val>(m, "Val").def("__repr__", &Val::toString).def_property_readonly("dtype", &Val::dtype);
-  py::class_<Scalar, Val>(m, "Scalar");
+  py::class_<Scalar, Val>(m, "Scalar")
+      .def_property_readonly("is_extent", &Scalar::isExtent)
+      .def_property_readonly("extent", &Scalar::extent);
   py::class_<TensorView, Val>(m, "TensorView")
       .def_property_readonly("ndim", &TensorView::nDims)
       .def_property_readonly("name", &TensorView::name)
@@ -144,12 +146,29 @@ void bindIr(py::module& m) {
   ops.def("unary", &unaryOp, rv);
   ops.def("cast", &castOp, rv);
   ops.def("binary", &binaryOp, rv);
+  ops.def("extent_arithmetic", &extentArithmetic, rv);
   ops.def("where", &whereOp, rv);
   ops.def("reduction", &reductionOp, py::arg("op"), py::arg("x"), py::arg("dims"), py::arg("dtype") = py::none(), rv);
   ops.def("broadcast_in_dim", &broadcastInDim, rv);
   ops.def("squeeze", &squeeze, rv);
   ops.def("permute", &permute, rv);
   ops.def("reshape", &reshape, rv);
+  ops.def("reshape_vals", &reshapeExtents, rv);
+  ops.def("size", &size, rv);
+  ops.def("shape", &shape, rv);
+  ops.def("slice", &slice, py::arg("x"), py::arg("starts"), py::arg("ends"), py::arg("strides") = std::vector<int64_t>{},
+          rv);
+  ops.def("pad", &pad, py::arg("x"), py::arg("pad_widths"), py::arg("value") = nullptr, rv);
+  ops.def("cat", &cat, rv);
+  ops.def("stride_order", &strideOrder, rv);
+  ops.def(
+      "var_mean",
+      [](TensorView* x, const std::vector<int64_t>& dims, double correction, bool keepdim) {
+        auto [var, mean] = varMean(x, dims, correction, keepdim);
+        return py::make_tuple(py::cast(var, py::return_value_policy::reference),
+                              py::cast(mean, py::return_value_policy::reference));
+      },
+      py::arg("x"), py::arg("dims"), py::arg("correction") = 1.0, py::arg("keepdim") = false);
   ops.def("matmul", &matmul, rv);
   ops.def("linear", &linear, py::arg("x"), py::arg("w"), py::arg("bias") = nullptr, rv);
   ops.def(

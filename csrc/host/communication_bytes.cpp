@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "ir/extent_expr.h"
 #include "multidevice/sharding.h"
 #include "support/error.h"
 
@@ -15,12 +16,9 @@ int64_t localBytes(const TensorView* tv, const std::unordered_map<std::string, i
   int64_t numel = 1;
   for (size_t a = 0; a < ids.size(); ++a) {
     if (ids[a]->isDeviceDim()) continue;  // a logical device axis: local extent 1
-    int64_t global = ids[a]->extent().value;
-    if (!ids[a]->extent().isConst()) {
-      auto it = extents.find(tv->fusion()->canonicalSymbol(ids[a]->extent().symbol));
-      MF_CHECK(it != extents.end(), "no extent bound to ", ids[a]->extent().symbol, " of ", tv->toString());
-      global = it->second;
-    }
+    std::optional<int64_t> extent = evaluateExtent(*tv->fusion(), ids[a]->extent(), extents);
+    MF_CHECK(extent.has_value(), "no extent bound to ", ids[a]->extent().symbol, " of ", tv->toString());
+    int64_t global = *extent;
     numel *= global / shards[a];
   }
   return numel * sizeInBytes(tv->dtype());

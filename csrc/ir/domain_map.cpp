@@ -1,5 +1,9 @@
 #include "ir/domain_map.h"
 
+#include <algorithm>
+
+#include "ir/extent_expr.h"
+#include "ir/fusion.h"
 #include "ir/op_registry.h"
 #include "support/error.h"
 
@@ -63,28 +67,49 @@ std::vector<int64_t> mapPermute(const Expr* e, size_t input_index) {
 
 // Walks both shapes, grouping axes whose products agree; the outermost producer axis of a group
 // maps to the outermost consumer axis of the group (a sharded outermost axis stays sharded).
+// Symbolic extents compare as products of symbols: [s0, 4096] -> [s0, 32, 128] groups s0 with s0.
 std::vector<int64_t> mapReshape(const Expr* e, size_t input_index) {
   Ranks r = ranksOf(e, input_index);
+  const Fusion& f = *e->out()->fusion();
   const auto& in = r.p_ids;
   const auto& out = *r.c_ids;
   std::vector<int64_t> map(in.size(), -1);
+  auto times = [](ExtentFactors a, const ExtentFactors& b) {
+    a.constant *= b.constant;
+    a.atoms.insert(a.atoms.end(), b.atoms.begin(), b.atoms.end());
+    std::sort(a.atoms.begin(), a.atoms.end());
+    return a;
+  };
   size_t i = 0, o = 0;
   while (i < in.size() && o < out.size()) {
     size_t gi = i, go = o;
-    int64_t pi = in[i]->extent().value, po = out[o]->extent().value;
-    if (pi < 0 || po < 0) return map;
-    while (pi != po) {
-      if (pi < po) {
+    ExtentFactors pi = factorsOf(f, in[i]->extent()), po = factorsOf(f, out[o]->extent());
+    while (!(pi == po)) {
+      if (pi.divides(po)) {
         if (++i >= in.size()) return map;
-        pi *= in[i]->extent().value;
-      } else {
+        pi = times(pi, factorsOf(f, in[i]->extent()));
+      } else if (po.divides(pi)) {
         if (++o >= out.size()) return map;
-        po *= out[o]->extent().value;
+        po = times(po, factorsOf(f, out[o]->extent()));
+      } else {
+        return map;
       }
     }
     map[gi] = static_cast<int64_t>(go);
     ++i;
     ++o;
+  }
+  return map;
+}
+
+std::vector<int64_t> mapResized(const Expr* e, size_t input_index) {
+  Ranks r = ranksOf(e, input_index);
+  const Fusion& f = *e->out()->fusion();
+  std::vector<int64_t> map(r.prank, -1);
+  for (int64_t p = 0; p < r.prank; ++p) {
+    int64_t c = p + (r.crank - r.prank);
+    const IterDomain* cid = (*r.c_ids)[c];
+    if (factorsOf(f, r.p_ids[p]->extent()) == factorsOf(f, cid->extent())) map[p] = c;
   }
   return map;
 }

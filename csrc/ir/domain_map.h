@@ -22,6 +22,8 @@ std::vector<int64_t> mapBroadcastInDim(const Expr* e, size_t input_index);
 std::vector<int64_t> mapSqueeze(const Expr* e, size_t input_index);
 std::vector<int64_t> mapPermute(const Expr* e, size_t input_index);
 std::vector<int64_t> mapReshape(const Expr* e, size_t input_index);
+// slice, pad, cat: right-aligned, but an axis whose extent the op changes maps to nothing.
+std::vector<int64_t> mapResized(const Expr* e, size_t input_index);
 std::vector<int64_t> mapLinear(const Expr* e, size_t input_index);
 std::vector<int64_t> mapMatmul(const Expr* e, size_t input_index);
 // sdpfa_fwd/bwd: the leading axes ([batch.., heads]) of every operand map to the same leading axes

@@ -27,10 +27,10 @@ TensorView* Fusion::newTensorNamed(int64_t name, DataType dtype, std::vector<Ite
   return tv;
 }
 
-Scalar* Fusion::newScalarNamed(int64_t name, DataType dtype, std::optional<double> value) {
+Scalar* Fusion::newScalarNamed(int64_t name, DataType dtype, std::optional<double> value, std::string extent) {
   int64_t saved = std::max(next_scalar_name_, name + 1);
   next_scalar_name_ = name;
-  Scalar* s = newScalar(dtype, value);
+  Scalar* s = newScalar(dtype, value, std::move(extent));
   next_scalar_name_ = saved;
   return s;
 }
@@ -63,8 +63,8 @@ TensorView* Fusion::newTensor(DataType dtype, std::vector<IterDomain*> logical) 
   return static_cast<TensorView*>(vals_.back().get());
 }
 
-Scalar* Fusion::newScalar(DataType dtype, std::optional<double> value) {
-  vals_.push_back(std::make_unique<Scalar>(next_scalar_name_++, dtype, value));
+Scalar* Fusion::newScalar(DataType dtype, std::optional<double> value, std::string extent) {
+  vals_.push_back(std::make_unique<Scalar>(next_scalar_name_++, dtype, value, std::move(extent)));
   vals_.back()->setFusion(this);
   return static_cast<Scalar*>(vals_.back().get());
 }
@@ -89,7 +89,17 @@ Extent Fusion::newSymbol() {
 
 void Fusion::unifySymbols(const std::string& a, const std::string& b) {
   std::string ra = canonicalSymbol(a), rb = canonicalSymbol(b);
-  if (ra != rb) symbol_parent_[std::max(ra, rb)] = std::min(ra, rb);
+  if (ra == rb) return;
+  // A plain symbol ("s3", bound by an input) represents a derived one ("s0+4"): inputs bind it.
+  auto plain = [](const std::string& s) {
+    return std::all_of(s.begin(), s.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
+  };
+  if (plain(ra) != plain(rb)) {
+    if (plain(ra)) symbol_parent_[rb] = ra;
+    else symbol_parent_[ra] = rb;
+    return;
+  }
+  symbol_parent_[std::max(ra, rb)] = std::min(ra, rb);
 }
 
 std::string Fusion::canonicalSymbol(const std::string& s) const {
@@ -199,7 +209,7 @@ std::unique_ptr<Fusion> Fusion::clone(std::unordered_map<const Val*, Val*>* out_
       c = std::move(ctv);
     } else {
       auto* s = static_cast<const Scalar*>(v.get());
-      c = std::make_unique<Scalar>(s->name(), s->dtype(), s->value());
+      c = std::make_unique<Scalar>(s->name(), s->dtype(), s->value(), s->extent());
     }
     c->setFusion(f.get());
     val_map[v.get()] = c.get();

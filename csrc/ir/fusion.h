@@ -23,13 +23,14 @@ class Fusion {
   IdTransform* newTransform(IdTransform::Kind kind, std::vector<IterDomain*> in, std::vector<IterDomain*> out,
                             int64_t factor, bool inner_split);
   TensorView* newTensor(DataType dtype, std::vector<IterDomain*> logical);
-  Scalar* newScalar(DataType dtype, std::optional<double> value);
+  // `extent`: the scalar stands for this symbolic extent (fd.ops.size).
+  Scalar* newScalar(DataType dtype, std::optional<double> value, std::string extent = "");
   Expr* newExpr(OpType op, std::vector<Val*> inputs, std::vector<Val*> outputs, ExprAttrs attrs = {});
   Extent newSymbol();  // a fresh symbolic extent s0, s1, ...
   // For the IR parser: nodes with the names printed text gives them (later fresh names follow).
   IterDomain* newIterDomainNamed(int64_t name, Extent extent, IterType type);
   TensorView* newTensorNamed(int64_t name, DataType dtype, std::vector<IterDomain*> logical);
-  Scalar* newScalarNamed(int64_t name, DataType dtype, std::optional<double> value);
+  Scalar* newScalarNamed(int64_t name, DataType dtype, std::optional<double> value, std::string extent = "");
   void reserveSymbol(const std::string& symbol);  // "s7": fresh symbols start after s7
   // Unified symbols (symbol -> the one it equals), for the printer.
   const std::unordered_map<std::string, std::string>& symbolEqualities() const { return symbol_parent_; }

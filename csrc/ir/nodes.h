@@ -109,15 +109,21 @@ class Val {
   Fusion* fusion_ = nullptr;
 };
 
-// A scalar: a constant or a fusion input.
+// A scalar: a constant, a fusion input, or a tensor's symbolic extent (fd.ops.size), whose value
+// the runtime takes from the extents the inputs bound.
 class Scalar : public Val {
  public:
-  Scalar(int64_t name, DataType dtype, std::optional<double> value) : Val(ValKind::Scalar, name, dtype), value_(value) {}
+  Scalar(int64_t name, DataType dtype, std::optional<double> value, std::string extent = "")
+      : Val(ValKind::Scalar, name, dtype), value_(value), extent_(std::move(extent)) {}
   const std::optional<double>& value() const { return value_; }
-  std::string toString() const override;
+  // The symbolic extent this scalar stands for ("s0", "s0+4"), or empty.
+  const std::string& extent() const { return extent_; }
+  bool isExtent() const { return !extent_.empty(); }
+  std::string toString() const override;  // "2.5", "S3", or "S3{s0}" for an extent
 
  private:
   std::optional<double> value_;
+  std::string extent_;
 };
 
 class TensorView : public Val {
@@ -177,7 +183,10 @@ class TensorView : public Val {
 // Attributes of an op. Which fields mean what depends on the OpType:
 //   Cast: dtype. Sum/Max/Min: dims (reduced logical axes of the input). Permute: dims.
 //   Squeeze: dims. BroadcastInDim: dims (output axis of each input axis), shape (output shape).
-//   Reshape: shape (the new global shape).
+//   Reshape: shape (the new global shape; -1 where the output axis is symbolic).
+//   Slice: dims (the step of each axis); the bounds are scalar operands (x, start0, end0, ...).
+//   Pad: dims (pad widths, last axis first, as torch.nn.functional.pad); the fill value is operand 1.
+//   Cat: dims ([the concatenated axis]). StrideOrder: none (the output's stride order says it).
 //   SdpfaFwd/SdpfaBwd: dropout_p, is_causal, scale (none: 1/sqrt(head_dim), as PyTorch).
 struct ExprAttrs {
   std::vector<int64_t> dims;

@@ -124,6 +124,32 @@ std::vector<OpInfo> buildTable() {
   reshape.cuda = nullptr;
   reshape.no_cuda = "reshape is not supported by the CUDA generator (it needs a view or a copy; ATen runs it)";
   t.push_back(reshape);
+  // Slice, pad and cat resize axes: an axis whose extent changes maps to nothing (mapResized), so
+  // a device split on it is gathered first; the other axes pass their splits through.
+  OpInfo slice = layout(OpType::Slice, "slice", kAttrStrides, &mapResized, "aten::slice.Tensor", AtenArgs::Slice);
+  slice.max_inputs = 1 + 2 * 64;  // x, then (start, end) per axis
+  slice.regroups_axes = true;
+  slice.cuda = nullptr;
+  slice.no_cuda = "slice runs on ATen (a view or a strided copy)";
+  t.push_back(slice);
+  OpInfo pad = layout(OpType::Pad, "pad", kAttrPadWidths, &mapResized, "aten::constant_pad_nd", AtenArgs::Pad);
+  pad.max_inputs = 2;  // x, fill value
+  pad.regroups_axes = true;
+  pad.cuda = nullptr;
+  pad.no_cuda = "pad runs on ATen (constant_pad_nd)";
+  t.push_back(pad);
+  OpInfo cat = layout(OpType::Cat, "cat", kAttrDims, &mapResized, "aten::cat", AtenArgs::Cat);
+  cat.max_inputs = 1 << 16;
+  cat.dtype_rule = D::Promote;
+  cat.regroups_axes = true;
+  cat.cuda = nullptr;
+  cat.no_cuda = "cat runs on ATen (one copy per operand)";
+  t.push_back(cat);
+  OpInfo stride_order =
+      layout(OpType::StrideOrder, "stride_order", kNoAttrs, &mapRightAligned, nullptr, AtenArgs::StrideOrder);
+  stride_order.cuda = nullptr;
+  stride_order.no_cuda = "stride_order is a layout copy that ATen makes (generated kernels write row-major outputs)";
+  t.push_back(stride_order);
 
   // Reductions (NaN propagates through max/min like PyTorch).
   t.push_back(reduction(OpType::Sum, "sum", "aten::sum.dim_IntList", "0.0f", "{0} + {1}"));

@@ -28,7 +28,7 @@ enum class OpType {
   // ternary
   Where,
   // layout
-  BroadcastInDim, Squeeze, Permute, Reshape,
+  BroadcastInDim, Squeeze, Permute, Reshape, Slice, Pad, Cat, StrideOrder,
   // reductions
   Sum, Max, Min,
   // contractions
@@ -41,7 +41,8 @@ enum class OpKind {
   Unary,        // one tensor in, same shape out
   Binary,       // two operands (tensor or scalar), broadcast right-aligned
   Ternary,      // where
-  Layout,       // moves or views data: broadcast_in_dim, squeeze, permute, reshape
+  Layout,       // moves or views data: broadcast_in_dim, squeeze, permute, reshape, slice, pad, cat,
+                // stride_order
   Reduction,    // sum/max/min over axes; reduced axes stay in the output's logical domain as r{}
   Contraction,  // matmul/linear: output ends with the contracted r{k}
   Attention,    // sdpfa_fwd/bwd: PyTorch's fused attention, several outputs, no reduction axes
@@ -67,6 +68,8 @@ enum AttrMask : unsigned {
   kAttrDims = 1u << 2,            // ", dims=[..]"
   kAttrBroadcastDims = 1u << 3,   // ", broadcast_dims=[..]" (stored in dims)
   kAttrAttention = 1u << 4,       // ", dropout_p=0, is_causal=true, scale=none"
+  kAttrStrides = 1u << 5,         // ", strides=[..]" (slice; stored in dims)
+  kAttrPadWidths = 1u << 6,       // ", pad_widths=[..]" (pad; stored in dims)
 };
 
 // How the ATen evaluator calls the op (the op itself is found by `aten` name through the
@@ -83,6 +86,10 @@ enum class AtenArgs {
                    // for the call and the output unfolded again (linear with a 3-D weight)
   Attention,       // PyTorch's fused attention forward or backward for the tensors' device
                    // (runtime/attention.cpp); attributes dropout_p, is_causal, scale
+  Slice,           // aten(x, axis, start, end, step) per sliced axis, bounds from the scalar operands
+  Pad,             // aten(x, pad widths, fill value operand)
+  Cat,             // aten([tensor operands], axis)
+  StrideOrder,     // no call: the input copied into the output's stride order
 };
 
 // For expr `e` and its tensor input at `input_index`: result[p] is the index into the consumer's
@@ -116,8 +123,9 @@ struct OpInfo {
   // An input added after the reduction (linear's bias): pulled out when the reduction is sharded,
   // so it is added once rather than once per device. -1: none.
   int bias_input;
-  // Every output axis is made of this op's input data, regrouped (reshape): a device split on an
-  // output axis that no input axis maps to onto is then a reshard, not a fresh axis.
+  // Every output axis is made of this op's input data, regrouped (reshape) or resized (slice, pad,
+  // cat): a device split on an output axis that no input axis maps to onto is then a reshard, not
+  // a fresh axis. (A resized axis maps to nothing: its shards would hold different ranges.)
   bool regroups_axes;
 
   // ATen evaluation: a dispatcher name ("aten::exp", "aten::sum.dim_IntList") and its arguments.

@@ -4,7 +4,6 @@
 #include <set>
 
 #include "support/error.h"
-#include "support/text.h"
 
 namespace mf {
 namespace {
@@ -12,12 +11,6 @@ namespace {
 IterDomain* freshLike(Fusion& f, const IterDomain* id, IterType type) { return f.newIterDomain(id->extent(), type); }
 
 TensorView* newOutput(Fusion& f, DataType dtype, const std::vector<IterDomain*>& ids) { return f.newTensor(dtype, ids); }
-
-std::string shapeString(const TensorView* tv) {
-  std::vector<std::string> extents;
-  for (const IterDomain* id : tv->logicalNoReductions()) extents.push_back(id->extent().toString());
-  return listText(extents);
-}
 
 Fusion& fusionOf(std::initializer_list<Val*> vals) {
   for (Val* v : vals) {
@@ -137,6 +130,29 @@ DataType resultType(const std::vector<Val*>& operands) {
 }
 }  // namespace
 
+Scalar* extentArithmetic(OpType op, Val* a, Val* b) {
+  auto* sa = dynamic_cast<Scalar*>(a);
+  auto* sb = dynamic_cast<Scalar*>(b);
+  MF_USER_ARG_CHECK(sa && sb, toString(op), ": at least one operand must be a tensor");
+  bool extent_op = op == OpType::Add || op == OpType::Sub || op == OpType::Mul;
+  MF_USER_ARG_CHECK(extent_op && isIntegral(sa->dtype()) && isIntegral(sb->dtype()), toString(op),
+                    ": at least one operand must be a tensor (got ", sa->toString(), " and ", sb->toString(),
+                    "); scalar-only arithmetic is supported for add, sub and mul of integers (extents)");
+  Fusion& f = *sa->fusion();
+  if (sa->value() && sb->value()) {
+    double x = *sa->value(), y = *sb->value();
+    return f.newScalar(DataType::Int, op == OpType::Add ? x + y : op == OpType::Sub ? x - y : x * y);
+  }
+  auto text = [](const Scalar* s) {
+    if (s->value()) return std::to_string(static_cast<int64_t>(*s->value()));
+    return "(" + (s->isExtent() ? s->extent() : s->toString()) + ")";
+  };
+  MF_USER_ARG_CHECK((sa->value() || sa->isExtent() || f.isInput(sa)) && (sb->value() || sb->isExtent() || f.isInput(sb)),
+                    toString(op), ": scalar operands must be constants, inputs or extents");
+  const char* sym = op == OpType::Add ? "+" : op == OpType::Sub ? "-" : "*";
+  return f.newScalar(DataType::Int, std::nullopt, text(sa) + sym + text(sb));
+}
+
 TensorView* binaryOp(OpType op, Val* a, Val* b) {
   const OpInfo& info = opInfo(op);
   MF_CHECK(info.kind == OpKind::Binary, "not a binary op: ", info.name);
@@ -154,7 +170,10 @@ TensorView* whereOp(Val* cond, Val* a, Val* b) {
   MF_USER_ARG_CHECK(cond->isTensor() || a->isTensor() || b->isTensor(), "where: at least one operand must be a tensor");
   Fusion& f = fusionOf({cond, a, b});
   std::vector<IterDomain*> ids = broadcastShapes(f, OpType::Where, {cond, a, b});
-  TensorView* out = newOutput(f, resultType({a, b}), ids);
+  DataType dt = resultType({a, b});
+  // Two Python-number branches give PyTorch's default dtype, as torch.where(c, 2.5, -1.0) does.
+  if (!a->isTensor() && !b->isTensor() && dt == DataType::Double) dt = DataType::Float;
+  TensorView* out = newOutput(f, dt, ids);
   f.newExpr(OpType::Where, {cond, a, b}, {out});
   return out;
 }
@@ -262,49 +281,6 @@ TensorView* permute(TensorView* x, const std::vector<int64_t>& dims) {
   ExprAttrs attrs;
   attrs.dims = norm;
   f.newExpr(OpType::Permute, {x}, {out}, attrs);
-  return out;
-}
-
-TensorView* reshape(TensorView* x, const std::vector<int64_t>& shape) {
-  Fusion& f = *x->fusion();
-  auto in_ids = x->logicalNoReductions();
-  int64_t known = 1;
-  bool all_const = true;
-  for (IterDomain* id : in_ids) {
-    if (id->extent().isConst()) known *= id->extent().value;
-    else all_const = false;
-  }
-  int64_t infer = -1;
-  int64_t prod = 1;
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (shape[i] == -1) {
-      MF_USER_ARG_CHECK(infer < 0, "reshape: at most one -1 in the new shape of ", x->toString());
-      infer = static_cast<int64_t>(i);
-    } else {
-      MF_USER_ARG_CHECK(shape[i] > 0, "reshape: new shape axis ", i, " has extent ", shape[i]);
-      prod *= shape[i];
-    }
-  }
-  std::vector<int64_t> resolved = shape;
-  if (all_const) {
-    if (infer >= 0) {
-      MF_USER_ARG_CHECK(prod > 0 && known % prod == 0, "reshape: cannot infer -1 for ", x->toString(), " of shape ",
-                        shapeString(x), " into ", prod, "-element pieces");
-      resolved[infer] = known / prod;
-    } else {
-      MF_USER_ARG_CHECK(prod == known, "reshape: ", x->toString(), " has shape ", shapeString(x), " (", known,
-                        " elements) but the new shape has ", prod, " elements");
-    }
-  } else {
-    MF_USER_ARG_CHECK(false, "reshape: ", x->toString(), " has symbolic extents ", shapeString(x),
-                      "; reshape needs concrete input extents in this version");
-  }
-  std::vector<IterDomain*> ids;
-  for (int64_t s : resolved) ids.push_back(f.newIterDomain(Extent{s, ""}, s == 1 ? IterType::Broadcast : IterType::Iteration));
-  TensorView* out = newOutput(f, x->dtype(), ids);
-  ExprAttrs attrs;
-  attrs.shape = resolved;
-  f.newExpr(OpType::Reshape, {x}, {out}, attrs);
   return out;
 }
 

@@ -17,12 +17,14 @@ TensorView* unaryOp(OpType op, TensorView* x);
 TensorView* castOp(TensorView* x, DataType dtype);
 // Either operand may be a Scalar; at least one must be a tensor.
 TensorView* binaryOp(OpType op, Val* a, Val* b);
+// Integer scalars only (constants, inputs, extents): add/sub/mul give an extent scalar, usable as
+// a reshape size or a slice bound (fd.ops.mul(fd.ops.size(x, 0), 2)).
+Scalar* extentArithmetic(OpType op, Val* a, Val* b);
 TensorView* whereOp(Val* cond, Val* a, Val* b);
 TensorView* reductionOp(OpType op, TensorView* x, std::vector<int64_t> dims, std::optional<DataType> dtype = std::nullopt);
 TensorView* broadcastInDim(TensorView* x, const std::vector<int64_t>& shape, const std::vector<int64_t>& broadcast_dims);
 TensorView* squeeze(TensorView* x, std::vector<int64_t> dims);
 TensorView* permute(TensorView* x, const std::vector<int64_t>& dims);
-TensorView* reshape(TensorView* x, const std::vector<int64_t>& shape);
 TensorView* matmul(TensorView* a, TensorView* b);
 TensorView* linear(TensorView* x, TensorView* w, TensorView* bias = nullptr);
 
@@ -41,5 +43,30 @@ std::vector<TensorView*> sdpfaFwd(TensorView* q, TensorView* k, TensorView* v, c
 std::vector<TensorView*> sdpfaBwd(TensorView* grad_attn, TensorView* q, TensorView* k, TensorView* v, TensorView* attn,
                                   TensorView* logsumexp, TensorView* seed, TensorView* offset,
                                   const AttentionOptions& options);
+
+// Shapes (ops_shape.cpp). Extents given as Vals may be int constants, integer scalar inputs
+// (fd.define_scalar()) or extents of tensors (size); -1 in a reshape is inferred.
+Scalar* size(TensorView* x, int64_t dim);
+std::vector<Scalar*> shape(TensorView* x);
+TensorView* reshape(TensorView* x, const std::vector<int64_t>& shape);
+// Sizes as Vals (ints, integer scalar inputs, extents); -1 is inferred.
+TensorView* reshapeExtents(TensorView* x, const std::vector<Val*>& shape);
+// PyTorch's x[start:end:step] per axis; static bounds are normalized as PyTorch does (negative
+// from the end, clamped); scalar bounds must satisfy 0 <= start <= end <= extent (checked at run
+// time). Empty `strides`: all 1.
+TensorView* slice(TensorView* x, const std::vector<Val*>& starts, const std::vector<Val*>& ends,
+                  const std::vector<int64_t>& strides = {});
+// torch.nn.functional.pad(x, pad_widths, value=value): pairs of widths, last axis first.
+TensorView* pad(TensorView* x, const std::vector<int64_t>& pad_widths, Val* value = nullptr);
+TensorView* cat(const std::vector<TensorView*>& xs, int64_t dim);
+// Same values; the output's memory layout follows `stride_order` (stride_order[i] ranks axis i's
+// stride, larger = outer; [n-1, ..., 0] is row-major).
+TensorView* strideOrder(TensorView* x, const std::vector<int64_t>& stride_order);
+
+// Composites (ops_composite.cpp): built from the ops above, so they shard like them.
+// torch.var_mean: two passes (the mean, then the sum of squared deviations), in float for
+// half/bfloat16 inputs. Returns {var, mean}.
+std::pair<TensorView*, TensorView*> varMean(TensorView* x, std::vector<int64_t> dims, double correction = 1.0,
+                                            bool keepdim = false);
 
 }  // namespace mf

@@ -15,6 +15,7 @@
 // mark); a name seen again refers to the same axis.
 #include "ir/parser.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstdlib>
 #include <map>
@@ -166,7 +167,10 @@ class Parser {
       return id;
     }
     Extent extent;
-    if (std::isdigit(static_cast<unsigned char>(extent_text[0]))) {
+    bool digits = !extent_text.empty() && std::all_of(extent_text.begin(), extent_text.end(), [](char c) {
+      return std::isdigit(static_cast<unsigned char>(c));
+    });
+    if (digits) {
       extent.value = std::stoll(extent_text);
     } else {
       extent.symbol = extent_text;
@@ -294,7 +298,7 @@ class Parser {
     return it->second;
   }
 
-  // "T0", "S1_double" (an input), "2.5_float" (a constant).
+  // "T0", "S1_double" (an input), "2.5_float" (a constant), "S4{s0}_int" (an extent).
   Val* parseOperand(const std::string& text) {
     if (vals_.count(text)) return vals_.at(text);
     size_t underscore = text.rfind('_');
@@ -302,6 +306,13 @@ class Parser {
     DataType dtype = parseDtype(text.substr(underscore + 1));
     std::string value = text.substr(0, underscore);
     if (vals_.count(value)) return vals_.at(value);
+    size_t brace = value.find('{');
+    if (brace != std::string::npos && value[0] == 'S' && value.back() == '}') {
+      std::string extent = value.substr(brace + 1, value.size() - brace - 2);
+      Scalar* s = fusion_->newScalarNamed(std::stoll(value.substr(1, brace - 1)), dtype, std::nullopt, extent);
+      vals_[value] = s;
+      return s;
+    }
     char* end = nullptr;
     double v = std::strtod(value.c_str(), &end);
     fail(end != nullptr && *end == '\0', "operand '", text, "' is neither a known value nor a constant");
@@ -352,7 +363,7 @@ class Parser {
       std::string value = arg.substr(key_end + 1);
       if (key == "dtype") attrs.dtype = parseDtype(value);
       else if (key == "shape") attrs.shape = parseInts(value);
-      else if (key == "dims" || key == "broadcast_dims") attrs.dims = parseInts(value);
+      else if (key == "dims" || key == "broadcast_dims" || key == "strides" || key == "pad_widths") attrs.dims = parseInts(value);
       else if (key == "dropout_p") attrs.dropout_p = parseNumber(value);
       else if (key == "is_causal") attrs.is_causal = value == "true";
       else if (key == "scale") attrs.scale = value == "none" ? std::nullopt : std::optional<double>(parseNumber(value));

@@ -42,6 +42,8 @@ std::string attrString(const Expr* e) {
     s += ", dropout_p=" + numberText(a.dropout_p) + ", is_causal=" + (a.is_causal ? "true" : "false") +
          ", scale=" + (a.scale ? numberText(*a.scale) : "none");
   }
+  if (mask & kAttrStrides) s += ", strides=" + listText(a.dims);
+  if (mask & kAttrPadWidths) s += ", pad_widths=" + listText(a.dims);
   return s;
 }
 

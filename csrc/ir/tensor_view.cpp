@@ -48,6 +48,7 @@ std::string Scalar::toString() const {
     ss << std::setprecision(17) << *value_;
     return ss.str();
   }
+  if (isExtent()) return "S" + std::to_string(name()) + "{" + extent_ + "}";
   return "S" + std::to_string(name());
 }
 

@@ -9,9 +9,9 @@
 //      one ReduceScatter, and the bias is added to the scattered result;
 //   2. rfactors reductions with a device-parallel reduction split into a local partial op plus a
 //      reduction over the device axis (seed 001);
-//   3. inserts sets: after an op with one tensor input (the op runs on the input's sharding), before
-//      each input of an n-ary op whose sharding differs from what the op needs (sharing a set that
-//      already reshards that input the same way);
+//   3. inserts sets: after an op with one tensor input (the op runs on the input's sharding), after
+//      an n-ary op whose output is sharded on an axis no input maps to (cat's axis: a local slice),
+//      before each input of an n-ary op whose sharding differs from what the op needs;
 //   4. splits a set that changes several mesh axes into a chain of sets changing one each.
 //   An op of several outputs (attention) first gets, for each output sharded otherwise than its
 //   inputs make it, a fresh output sharded as the inputs make it plus a set into the original;
@@ -184,6 +184,37 @@ bool copyShardingOf(const TensorView* src, TensorView* dst, ParallelType pt) {
   return shardAxis(dst, s.axis, pt, s.num_devices, s.whole_axis);
 }
 
+// 3c. An op of several tensor inputs whose output is sharded on an axis no input axis maps to
+// (cat's concatenated axis): t = op(inputs) unsharded there, then out = set(t) (a local slice).
+bool reshardFreshAxesAfter(Fusion& f, Expr* e) {
+  if (!opInfo(e->op()).regroups_axes) return false;
+  TensorView* out = e->out();
+  std::vector<ParallelType> fresh;
+  for (ParallelType pt : kDeviceParallelTypes) {
+    if (shardedLoopId(out, pt) == nullptr) continue;
+    int64_t axis = deviceSplit(out, pt, /*to_root=*/true).axis;
+    bool mapped = false;
+    for (size_t i = 0; i < e->inputs().size(); ++i) {
+      if (!e->input(i)->isTensor()) continue;
+      auto p2c = mapProducerToConsumer(e, i);
+      mapped |= std::find(p2c.begin(), p2c.end(), axis) != p2c.end();
+    }
+    if (!mapped) fresh.push_back(pt);
+  }
+  if (fresh.empty()) return false;
+  TensorView* t = newTensorLike(out);
+  for (ParallelType pt : kDeviceParallelTypes) {
+    if (std::find(fresh.begin(), fresh.end(), pt) == fresh.end()) copyShardingOf(out, t, pt);
+  }
+  std::vector<Val*> inputs = e->inputs();
+  ExprAttrs attrs = e->attrs();
+  OpType op = e->op();
+  f.unlink(e);
+  f.newExpr(op, inputs, {t}, attrs);
+  f.newExpr(OpType::Set, {t}, {out});
+  return true;
+}
+
 // out = set(in) changing several device parallel types -> a chain of sets, each changing one.
 // Plans tried: every order of moving one type straight to the consumer's sharding (AllToAll,
 // Allgather or LocalSlice per link); else first gather every type the producer shards, then slice
@@ -307,6 +338,7 @@ bool decomposeOne(Fusion& f, Expr* e) {
   for (Val* v : e->inputs()) tensor_inputs += v->isTensor();
   if (tensor_inputs == 1 && e->outputs().size() == 1 && reshardAfter(f, e)) return true;
   if (e->outputs().size() > 1 && reshardOutputsAfter(f, e)) return true;
+  if (tensor_inputs > 1 && e->outputs().size() == 1 && reshardFreshAxesAfter(f, e)) return true;
   bool changed = reshardBefore(f, e);
   MF_CHECK(changed && !isResharding(e), "could not decompose resharding expr ", e->toString());
   return true;

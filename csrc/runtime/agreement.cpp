@@ -50,6 +50,13 @@ void inputSymbols(const Fusion& f, std::vector<std::string>& symbols, std::vecto
       where.push_back(mf::str("input ", i, " axis ", a));
     }
   }
+  // Integer scalar inputs may size tensors (slice bounds, reshape sizes): they must agree too.
+  for (size_t i = 0; i < f.inputs().size(); ++i) {
+    const Val* v = f.inputs()[i];
+    if (v->isTensor() || !isIntegral(v->dtype())) continue;
+    symbols.push_back(v->toString());
+    where.push_back(mf::str("input ", i));
+  }
 }
 
 // Strict mode: per input, [kind, dtype, dim, local sizes...] (kind 1: a tensor of this rank's
@@ -216,6 +223,8 @@ void CallAgreement::finish() {
       if (first < 0) first = x;
       else if (x != first) differ = true;
     }
+    MF_USER_CHECK(!differ || symbols[s][0] != 'S', "execute: the ranks pass different values for the integer scalar ",
+                  symbols[s], " (", where[s], "): ", perRank(values), "; every rank must pass the same scalars");
     MF_USER_CHECK(!differ, "execute: the ranks disagree on the global extent of symbolic axis ", symbols[s], " (",
                   where[s], "; global = local extent x shards): ", perRank(values),
                   "; every rank must pass shards of the same global shape (uneven shards are not supported)");

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "ir/domain_map.h"
+#include "ir/extent_expr.h"
 #include "ir/fusion.h"
 #include "multidevice/sharding.h"
 #include "runtime/attention.h"
@@ -44,10 +46,12 @@ std::vector<int64_t> globalShape(const TensorView* tv, const ExtentBindings& bin
       shape.push_back(id->extent().value);
       continue;
     }
-    auto it = bindings.find(tv->fusion()->canonicalSymbol(id->extent().symbol));
-    MF_USER_CHECK(it != bindings.end(), tv->toString(), ": the extent ", id->extent().symbol,
+    std::optional<int64_t> v = evaluateExtent(*tv->fusion(), id->extent(), bindings);
+    MF_USER_CHECK(v.has_value(), tv->toString(), ": the extent ", id->extent().symbol,
                   " is not known on this rank (no input of this rank binds it); give it a concrete extent");
-    shape.push_back(it->second);
+    MF_USER_CHECK(*v >= 0, tv->toString(), ": the extent ", id->extent().symbol, " evaluates to ", *v,
+                  " for these inputs; extents must be non-negative");
+    shape.push_back(*v);
   }
   return shape;
 }
@@ -125,6 +129,36 @@ at::Tensor broadcastInDim(const Expr* e, const at::Tensor& x) {
   return x.reshape(view_shape).expand(target);
 }
 
+// x[start:end:step] on each axis the slice resizes (kept axes may be sharded: they pass through).
+at::Tensor sliceAxes(const Expr* e, const std::vector<RuntimeValue>& in) {
+  at::Tensor x = in[0].tensor;
+  std::vector<int64_t> kept = opInfo(e->op()).axis_map(e, 0);
+  for (int64_t a = 0; a < x.dim(); ++a) {
+    if (kept[a] >= 0) continue;
+    int64_t start = in[1 + 2 * a].scalar.toLong(), end = in[2 + 2 * a].scalar.toLong(), step = e->attrs().dims[a];
+    MF_USER_CHECK(0 <= start && start <= end && end <= x.size(a), "slice: axis ", a, " of ",
+                  e->input(0)->toString(), " has extent ", x.size(a), " but the bounds are [", start, ", ", end,
+                  "); scalar bounds must satisfy 0 <= start <= end <= extent");
+    x = x.slice(a, start, end, step);
+  }
+  return x;
+}
+
+}  // namespace
+
+at::Tensor withStrideOrder(const at::Tensor& t, const std::vector<int64_t>& stride_order) {
+  if (stride_order.empty()) return t.is_contiguous() ? t : t.contiguous();
+  // Outermost (largest stride_order) first; contiguous in that order, then viewed back.
+  std::vector<int64_t> perm(stride_order.size());
+  for (size_t i = 0; i < perm.size(); ++i) perm[i] = static_cast<int64_t>(i);
+  std::sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return stride_order[a] > stride_order[b]; });
+  std::vector<int64_t> inverse(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
+  return t.permute(perm).contiguous().permute(inverse);
+}
+
+namespace {
+
 at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in, const ExtentBindings& bindings) {
   const TensorView* out = e->out();
   const OpInfo& info = opInfo(e->op());
@@ -134,7 +168,16 @@ at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in,
     case AtenArgs::Identity: result = x; break;
     case AtenArgs::Dtype: result = callAten(info.aten, {x, toAten(e->attrs().dtype)}); break;
     case AtenArgs::AttrDims: result = callAten(info.aten, {x, e->attrs().dims}); break;
-    case AtenArgs::LocalShape: result = callAten(info.aten, {x, localShape(out, e->attrs().shape)}); break;
+    case AtenArgs::LocalShape: result = callAten(info.aten, {x, localShape(out, globalShape(out, bindings))}); break;
+    case AtenArgs::Slice: result = sliceAxes(e, in); break;
+    case AtenArgs::Pad: result = callAten(info.aten, {x, e->attrs().dims, in[1].scalar}); break;
+    case AtenArgs::Cat: {
+      c10::List<at::Tensor> parts;
+      for (const RuntimeValue& v : in) parts.push_back(v.tensor.to(toAten(out->dtype())));
+      result = callAten(info.aten, {parts, e->attrs().dims[0]});
+      break;
+    }
+    case AtenArgs::StrideOrder: result = withStrideOrder(x, out->strideOrder()); break;
     case AtenArgs::BroadcastInDim: result = broadcastInDim(e, x); break;
     case AtenArgs::ReducedAxes: {
       std::vector<int64_t> dims = reducedAxes(out);

@@ -28,6 +28,10 @@ using ExtentBindings = std::unordered_map<std::string, int64_t>;
 // Global shape of tv's runtime axes; a user error when a symbolic extent is unknown here.
 std::vector<int64_t> globalShape(const TensorView* tv, const ExtentBindings& bindings);
 
+// t with the same values in the layout `stride_order` describes (stride_order[i] ranks axis i's
+// stride, larger = outer); empty: row-major.
+at::Tensor withStrideOrder(const at::Tensor& t, const std::vector<int64_t>& stride_order);
+
 // Evaluates `e` on `inputs` (one per e->inputs()) and returns the local output tensors, one per
 // e->outputs().
 std::vector<at::Tensor> evaluateExpr(const Expr* e, const std::vector<RuntimeValue>& inputs,

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "host/communication_bytes.h"
+#include "ir/extent_expr.h"
 #include "multidevice/communicator.h"
 #include "multidevice/sharding.h"
 #include "ir/printer.h"
@@ -47,6 +48,8 @@ std::string FusionExecutor::validate(const std::vector<RuntimeValue>& inputs, Ex
     const RuntimeValue& rv = inputs[i];
     if (!v->isTensor()) {
       if (rv.is_tensor) return mf::str("input ", i, " must be a scalar (", toString(v->dtype()), ") but got a tensor");
+      // An integer scalar may be an extent (a slice bound, a reshape size): bound under its name.
+      if (isIntegral(v->dtype()) && rv.scalar.isIntegral(/*includeBool=*/false)) bindings[v->toString()] = rv.scalar.toLong();
       continue;
     }
     if (!rv.is_tensor) return mf::str("input ", i, " (", v->toString(), ") must be a tensor but got a scalar");
@@ -140,12 +143,9 @@ std::string FusionExecutor::checkRunnable(const std::vector<RuntimeValue>& input
     auto shards = shardsPerAxis(tv);
     for (size_t a = 0; a < ids.size() && a < shards.size(); ++a) {
       if (shards[a] <= 1 || ids[a]->isDeviceDim()) continue;
-      int64_t global = ids[a]->extent().value;
-      if (!ids[a]->extent().isConst()) {
-        auto it = bindings.find(f.canonicalSymbol(ids[a]->extent().symbol));
-        if (it == bindings.end()) continue;
-        global = it->second;
-      }
+      std::optional<int64_t> extent = evaluateExtent(f, ids[a]->extent(), bindings);
+      if (!extent) continue;
+      int64_t global = *extent;
       if (global % shards[a] == 0) continue;
       std::string role = "tensor";
       for (size_t k = 0; k < f.inputs().size(); ++k) {
@@ -313,17 +313,22 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
       outputs.push_back(at::empty({0}, at::TensorOptions().dtype(toAten(tv->dtype())).device(dev)));
       continue;
     }
-    outputs.push_back(it->second.is_contiguous() ? it->second : it->second.contiguous());
+    outputs.push_back(withStrideOrder(it->second, tv->strideOrder()));
   }
   return outputs;
 }
 
 namespace {
-RuntimeValue scalarValue(const Val* v, const std::unordered_map<const Val*, c10::Scalar>& scalars) {
+RuntimeValue scalarValue(const Val* v, const std::unordered_map<const Val*, c10::Scalar>& scalars,
+                         const ExtentBindings& bindings) {
   auto* s = static_cast<const Scalar*>(v);
   RuntimeValue rv;
   rv.is_tensor = false;
-  if (s->value()) {
+  if (s->isExtent()) {
+    std::optional<int64_t> extent = evaluateExtent(*s->fusion(), Extent{-1, s->extent()}, bindings);
+    MF_USER_CHECK(extent.has_value(), s->toString(), ": the extent ", s->extent(), " is not known on this rank");
+    rv.scalar = c10::Scalar(*extent);
+  } else if (s->value()) {
     double x = *s->value();
     rv.scalar = isFloatingPoint(s->dtype()) ? c10::Scalar(x)
                 : s->dtype() == DataType::Bool ? c10::Scalar(x != 0)
@@ -367,7 +372,8 @@ FusionExecutor::SegmentKernel& FusionExecutor::segmentKernel(int64_t index,
 }
 
 bool FusionExecutor::tryRunKernel(int64_t index, std::unordered_map<const Val*, at::Tensor>& values,
-                                  const std::unordered_map<const Val*, c10::Scalar>& scalars) {
+                                  const std::unordered_map<const Val*, c10::Scalar>& scalars,
+                                  const ExtentBindings& bindings) {
   SegmentKernel& sk = segmentKernel(index, values);
   if (!sk.kernel) return false;
   std::vector<at::Tensor> ins;
@@ -375,7 +381,7 @@ bool FusionExecutor::tryRunKernel(int64_t index, std::unordered_map<const Val*, 
   size_t arg = 0;
   for (const Val* v : sk.segment.inputs) {
     if (!v->isTensor()) {
-      scalar_args.push_back(scalarValue(v, scalars).scalar.toDouble());
+      scalar_args.push_back(scalarValue(v, scalars, bindings).scalar.toDouble());
       continue;
     }
     const at::Tensor& t = values.at(v);
@@ -398,13 +404,13 @@ bool FusionExecutor::tryRunKernel(int64_t index, std::unordered_map<const Val*, 
 void FusionExecutor::runSegment(int64_t index, std::unordered_map<const Val*, at::Tensor>& values,
                                 const std::unordered_map<const Val*, c10::Scalar>& scalars,
                                 const ExtentBindings& bindings, bool allow_kernels) {
-  if (allow_kernels && tryRunKernel(index, values, scalars)) return;
+  if (allow_kernels && tryRunKernel(index, values, scalars, bindings)) return;
   for (const Expr* e : program_->segments()[index].exprs) {
     std::vector<RuntimeValue> ins;
     ins.reserve(e->inputs().size());
     for (const Val* v : e->inputs()) {
       if (!v->isTensor()) {
-        ins.push_back(scalarValue(v, scalars));
+        ins.push_back(scalarValue(v, scalars, bindings));
         continue;
       }
       auto it = values.find(v);

@@ -71,7 +71,7 @@ class FusionExecutor {
   std::vector<const TensorView*> sharded_tensors_;  // checked for even shards on every call
   SegmentKernel& segmentKernel(int64_t index, const std::unordered_map<const Val*, at::Tensor>& values);
   bool tryRunKernel(int64_t index, std::unordered_map<const Val*, at::Tensor>& values,
-                    const std::unordered_map<const Val*, c10::Scalar>& scalars);
+                    const std::unordered_map<const Val*, c10::Scalar>& scalars, const ExtentBindings& bindings);
 
   Communicator* comm_;
   std::unique_ptr<HostProgram> program_;

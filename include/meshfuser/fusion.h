@@ -18,6 +18,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace mf {  // meshfuser's internals, opaque here
@@ -110,6 +111,15 @@ TensorView sum(const TensorView& x, const std::vector<int64_t>& dims);
 TensorView max(const TensorView& x, const std::vector<int64_t>& dims);
 TensorView permute(const TensorView& x, const std::vector<int64_t>& dims);
 TensorView reshape(const TensorView& x, const std::vector<int64_t>& shape);
+// PyTorch semantics (static bounds and widths; Python's fd.ops also takes scalar bounds).
+// Returns {var, mean}.
+std::pair<TensorView, TensorView> varMean(const TensorView& x, const std::vector<int64_t>& dims, double correction = 1.0,
+                                          bool keepdim = false);
+TensorView slice(const TensorView& x, const std::vector<int64_t>& starts, const std::vector<int64_t>& ends,
+                 const std::vector<int64_t>& strides = {});
+TensorView cat(const std::vector<TensorView>& xs, int64_t dim);
+TensorView pad(const TensorView& x, const std::vector<int64_t>& pad_widths, double value = 0.0);
+TensorView strideOrder(const TensorView& x, const std::vector<int64_t>& stride_order);
 }  // namespace ops
 
 }  // namespace meshfuser

@@ -79,7 +79,12 @@ class _Ops:
         return lambda x: _C.ops.unary(op, self._tensor(x, op))
 
     def _make_binary(self, op):
-        return lambda a, b: _C.ops.binary(op, self._val(a), self._val(b))
+        def binary(a, b):
+            a, b = self._val(a), self._val(b)
+            if not isinstance(a, TensorView) and not isinstance(b, TensorView):
+                return _C.ops.extent_arithmetic(op, a, b)  # integer scalars: sizes and bounds
+            return _C.ops.binary(op, a, b)
+        return binary
 
     def _tensor(self, x, what):
         if not isinstance(x, TensorView):
@@ -123,7 +128,47 @@ class _Ops:
         return _C.ops.permute(self._tensor(x, "permute"), list(dims))
 
     def reshape(self, x, shape):
-        return _C.ops.reshape(self._tensor(x, "reshape"), list(shape))
+        x = self._tensor(x, "reshape")
+        shape = list(shape)
+        if all(isinstance(s, numbers.Integral) for s in shape):
+            return _C.ops.reshape(x, [int(s) for s in shape])
+        return _C.ops.reshape_vals(x, [self._val(s) for s in shape])
+
+    def size(self, x, dim):
+        return _C.ops.size(self._tensor(x, "size"), int(dim))
+
+    def shape(self, x):
+        return _C.ops.shape(self._tensor(x, "shape"))
+
+    def slice(self, x, start_indices, end_indices, strides=None, manual_normalization=False):
+        if manual_normalization:
+            # nvFuser's flag: the bounds are already normalized, so they are used as given (never
+            # wrapped or clamped); a static bound outside [0, extent] is an error rather than UB.
+            for axis, (s, e, n) in enumerate(zip(start_indices, end_indices, self._tensor(x, "slice").shape)):
+                bad = [b for b in (s, e) if isinstance(b, numbers.Integral) and (b < 0 or (n >= 0 and b > n))]
+                if bad or (isinstance(s, numbers.Integral) and isinstance(e, numbers.Integral) and e < s):
+                    raise _C.ArgumentError(f"slice: axis {axis} of {x!r} has bounds [{s}, {e}) with "
+                                           f"manual_normalization; expected 0 <= start <= end <= {n}")
+        starts = [self._val(s) for s in start_indices]
+        ends = [self._val(e) for e in end_indices]
+        return _C.ops.slice(self._tensor(x, "slice"), starts, ends, [int(s) for s in (strides or [])])
+
+    def pad(self, x, pad_widths, value=None):
+        return _C.ops.pad(self._tensor(x, "pad"), [int(w) for w in pad_widths],
+                          None if value is None else self._val(value))
+
+    def cat(self, tensors, dim=0, manual_padding=False):
+        if manual_padding:
+            raise _C.ArgumentError("cat: manual_padding=True (inputs already padded to the output's extent) is not "
+                                   "supported; pass the unpadded tensors")
+        return _C.ops.cat([self._tensor(t, "cat") for t in tensors], int(dim))
+
+    def stride_order(self, x, stride_order):
+        return _C.ops.stride_order(self._tensor(x, "stride_order"), [int(s) for s in stride_order])
+
+    def var_mean(self, x, dims, correction=1, keepdim=False):
+        dims = [dims] if isinstance(dims, int) else list(dims)
+        return _C.ops.var_mean(self._tensor(x, "var_mean"), dims, float(correction), bool(keepdim))
 
     def matmul(self, a, b):
         return _C.ops.matmul(self._tensor(a, "matmul"), self._tensor(b, "matmul"))

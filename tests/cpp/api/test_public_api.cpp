@@ -53,6 +53,32 @@ TEST(PublicApiTest, SeedLinearReduceScatter) {
   EXPECT_TRUE(at::allclose(again[0], expected, 1e-4, 1e-3));
 }
 
+// The transformer-layer ops of meshfuser::ops, on one device's view: var_mean over a sharded axis
+// (partial sums + Allreduces), slice/cat/pad/stride_order of the result along unsharded axes.
+TEST(PublicApiTest, TransformerOpsAgainstATen) {
+  auto& comm = communicator();
+  const int64_t d = comm.size(), rank = comm.rank(), m = 3, k = 4 * d;
+  auto mesh = meshfuser::DeviceMesh::range(d);
+  meshfuser::Fusion f;
+  auto x = f.defineTensor({m, k});
+  auto [var, mean] = meshfuser::ops::varMean(x, {1}, 1.0, true);
+  auto both = meshfuser::ops::cat({var, mean}, 1);
+  auto padded = meshfuser::ops::pad(meshfuser::ops::slice(both, {1, 0}, {m, 2}), {0, 1}, -1.0);
+  auto out = meshfuser::ops::strideOrder(padded, {0, 1});
+  f.addOutput(out);
+  x.setDeviceMesh(mesh).outerSplit(1, d).parallelize(1, ParallelType::MeshX);
+
+  at::manual_seed(0);
+  at::Tensor full = at::randn({m, k});
+  meshfuser::Executor exec(f, comm);
+  auto outputs = exec.execute({full.chunk(d, 1)[rank].contiguous()});
+  auto [ref_var, ref_mean] = at::var_mean(full, {1}, /*correction=*/1, /*keepdim=*/true);
+  at::Tensor expected = at::constant_pad_nd(at::cat({ref_var, ref_mean}, 1).slice(0, 1, m), {0, 1}, -1.0);
+  EXPECT_TRUE(at::allclose(outputs.at(0), expected, 1e-5, 1e-5)) << outputs.at(0) << expected;
+  EXPECT_EQ(outputs.at(0).stride(0), 1);  // stride_order {0, 1}: axis 0 innermost
+  EXPECT_EQ(countStartingWith(exec.communications(), "Allreduce"), d > 1 ? 2 : 0) << exec.hostProgram();
+}
+
 TEST(PublicApiTest, ReduceScatterLoopSplit) {
   auto& comm = communicator();
   const int64_t d = comm.size(), rank = comm.rank();

@@ -38,6 +38,28 @@ TEST(ParserTest, RoundTripsOpsScalarsAndLayouts) {
   expectRoundTrip(f);
 }
 
+TEST(ParserTest, RoundTripsShapeOpsAndDerivedExtents) {
+  Fusion f;
+  TensorView* x = defineTensor(f, {-1, 8}, DataType::Float);
+  TensorView* y = defineTensor(f, {-1, 8}, DataType::Float);
+  Scalar* start = defineScalar(f, DataType::Int, std::nullopt);
+  TensorView* sliced = slice(x, {start, f.newScalar(DataType::Int, 0)}, {size(x, 0), f.newScalar(DataType::Int, 8)}, {1, 2});
+  TensorView* padded = pad(y, {0, 0, 0, 3}, f.newScalar(DataType::Double, 0.5));
+  TensorView* joined = cat({x, padded}, 0);
+  TensorView* heads = reshapeExtents(x, {size(x, 0), f.newScalar(DataType::Int, 2), f.newScalar(DataType::Int, -1)});
+  auto [var, mean] = varMean(joined, {0}, 1.0, true);
+  f.addOutput(sliced);
+  f.addOutput(strideOrder(heads, {0, 2, 1}));
+  f.addOutput(var);
+  f.addOutput(mean);
+  expectRoundTrip(f);
+  std::string text = printFusion(f);
+  // Derived extents: the scalar-bounded slice, the pad and the cat (printed inside the axes).
+  for (const char* extent : {"{s0-S0}", "{s1+3}", "{s0+(s1+3)}"}) {
+    EXPECT_NE(text.find(extent), std::string::npos) << extent << " not in\n" << text;
+  }
+}
+
 TEST(ParserTest, RoundTripsShardedProgramsAfterEveryPass) {
   Fusion f;
   DeviceMesh mesh({0, 1, 2, 3}, {2, 2});

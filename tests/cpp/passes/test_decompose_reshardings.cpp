@@ -218,5 +218,69 @@ TEST(DecomposeReshardings, RefusesReductionOverTwoDeviceAxes) {
                   "reduces across devices along several axes");
 }
 
+// A slice of the sharded axis cannot run on the shards (each holds another range): the input is
+// gathered first (a set before the slice), not the result after it.
+TEST(DecomposeReshardings, SliceOfTheShardedAxisGathersFirst) {
+  expectPass("decompose_reshardings", R"IR(Fusion {
+  input T0_float[i0{8}, i1{3}] mesh=[0 1]
+    OuterSplit(i0{8}, factor 2) -> iDIDx4{2}, i5{4}
+    loop: [iDIDx4{2}, i5{4}, i1{3}]
+  T1 = slice(T0, 1_int64, 7_int64, 0_int64, 3_int64, strides=[1, 1])
+    T1_float[i2{6}, i3{3}] mesh=[0 1]
+  outputs: T1
+}
+)IR",
+             R"IR(Fusion {
+  input T0_float[i0{8}, i1{3}] mesh=[0 1]
+    OuterSplit(i0{8}, factor 2) -> iDIDx4{2}, i5{4}
+    loop: [iDIDx4{2}, i5{4}, i1{3}]
+  T3 = set(T0)
+    T3_float[i8{8}, i9{3}] mesh=[0 1]
+  T1 = slice(T3, 1_int64, 7_int64, 0_int64, 3_int64, strides=[1, 1])
+    T1_float[i2{6}, i3{3}] mesh=[0 1]
+  outputs: T1
+}
+)IR");
+}
+
+// cat along the sharded axis with a sharded result: each input is gathered, the concatenation runs
+// unsharded, and the result is sliced locally (set T3 -> T2).
+TEST(DecomposeReshardings, CatAlongTheShardedAxisGathersThenSlices) {
+  expectPass("decompose_reshardings", R"IR(Fusion {
+  input T0_float[i0{4}, i1{3}] mesh=[0 1]
+    OuterSplit(i0{4}, factor 2) -> iDIDx6{2}, i7{2}
+    loop: [iDIDx6{2}, i7{2}, i1{3}]
+  input T1_float[i2{2}, i3{3}] mesh=[0 1]
+    OuterSplit(i2{2}, factor 2) -> iDIDx8{2}, i9{1}
+    loop: [iDIDx8{2}, i9{1}, i3{3}]
+  T2 = cat(T0, T1, dims=[0])
+    T2_float[i4{6}, i5{3}] mesh=[0 1]
+    OuterSplit(i4{6}, factor 2) -> iDIDx10{2}, i11{3}
+    loop: [iDIDx10{2}, i11{3}, i5{3}]
+  outputs: T2
+}
+)IR",
+             R"IR(Fusion {
+  input T0_float[i0{4}, i1{3}] mesh=[0 1]
+    OuterSplit(i0{4}, factor 2) -> iDIDx6{2}, i7{2}
+    loop: [iDIDx6{2}, i7{2}, i1{3}]
+  input T1_float[i2{2}, i3{3}] mesh=[0 1]
+    OuterSplit(i2{2}, factor 2) -> iDIDx8{2}, i9{1}
+    loop: [iDIDx8{2}, i9{1}, i3{3}]
+  T4 = set(T0)
+    T4_float[i14{4}, i15{3}] mesh=[0 1]
+  T5 = set(T1)
+    T5_float[i16{2}, i17{3}] mesh=[0 1]
+  T3 = cat(T4, T5, dims=[0])
+    T3_float[i12{6}, i13{3}] mesh=[0 1]
+  T2 = set(T3)
+    T2_float[i4{6}, i5{3}] mesh=[0 1]
+    OuterSplit(i4{6}, factor 2) -> iDIDx10{2}, i11{3}
+    loop: [iDIDx10{2}, i11{3}, i5{3}]
+  outputs: T2
+}
+)IR");
+}
+
 }  // namespace
 }  // namespace mf
