@@ -236,11 +236,18 @@ class CompiledFunction:
         return fd
 
 
-def compile(define_fn):
+def compile(define_fn, backward=None, num_outputs=1):
     """`define_fn(fd)` defines a single-device fusion (global shapes, -1 allowed). The result, called
     with DTensors, builds (once per meshes, placements, dtypes and global shapes) and runs a sharded
-    definition, returning DTensors."""
-    return CompiledFunction(define_fn)
+    definition, returning DTensors.
+
+    With `backward=define_backward`, the result is differentiable by torch.autograd: the forward's
+    first `num_outputs` outputs are returned, the rest saved for the backward definition (see
+    meshfuser.dtensor_autograd for the input and output conventions)."""
+    if backward is None:
+        return CompiledFunction(define_fn)
+    from .dtensor_autograd import TrainableFunction
+    return TrainableFunction(CompiledFunction(define_fn), CompiledFunction(backward), num_outputs)
 
 
 # -- 2. fd.execute with DTensors ---------------------------------------------------------------------
