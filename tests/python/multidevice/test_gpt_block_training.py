@@ -79,3 +79,33 @@ def test_gpt_block_forward_then_backward_from_saved_activations(multidevice_test
 def test_gpt_block_forward_rejects_unknown_form():
     with pytest.raises(ValueError, match="form must be one of"):
         blocks.gpt_forward_definition(1, 2, 2, 2, 1, "pp")
+
+
+def test_gpt_block_training_step_in_bfloat16(multidevice_test):
+    """The dtype the GPU benchmark runs (statistics in float32 inside): output and gradients within
+    bfloat16 rounding of float32 autograd, relative to each tensor's largest entry."""
+    d, rank = multidevice_test.size, multidevice_test.rank
+    mesh = DeviceMesh(range(d))
+    b, s, h, hd = 1, 4 * d, 2 * d, 8
+    e = h * hd
+    full = blocks.gpt_parameters(b, s, e, seed=9, dtype=torch.bfloat16)
+    dy = torch.randn(b, s, e, generator=torch.Generator().manual_seed(10)).to(torch.bfloat16)
+    expected_out, expected_grads = _reference_step({n: t.float() for n, t in full.items()}, h, dy.float())
+    local = {n: t.to(multidevice_test.device) for n, t in blocks.gpt_shard(full, "tp", d, rank).items()}
+    x = local.pop("x")
+    dtype = blocks.to_meshfuser_dtype(torch.bfloat16)
+    outputs = blocks.gpt_forward_definition(b, s, h, hd, d, "tp", dtype).execute(blocks.gpt_forward_inputs(x, local))
+    grads = blocks.gpt_backward_definition(b, s, h, hd, d, "tp", dtype).execute(
+        blocks.gpt_backward_inputs(dy.to(multidevice_test.device), outputs, x, local))
+
+    def close(actual, want, what):
+        assert actual.dtype == torch.bfloat16, what
+        error = (actual.float().cpu() - want).abs().max().item()
+        assert error <= 0.05 * max(want.abs().max().item(), 1.0), f"{what}: max error {error}"
+
+    close(outputs[0], expected_out, "output")
+    for n, actual in zip(blocks.GPT_PARAMS, grads):
+        want = expected_grads[n]
+        if n in blocks.GPT_SPLIT:
+            want = mesh.shard_tensor(want, blocks.GPT_SPLIT[n], rank)
+        close(actual, want, f"grad of {n}")
