@@ -28,9 +28,20 @@ def _dtensors(full, mesh, split):
             for n, t in full.items()}
 
 
-def test_gpt_block_forward_backward_from_dtensors(multidevice_test):
+# TP: the Megatron plan (the definitions carry no sharding; propagation finds it from the weights).
+# SP from DTensors: x is Shard(1), but without the ReduceScatter annotations examples' own SP
+# definitions carry, propagation reduces each row-parallel result with an Allreduce and slices
+# locally; the numbers are right, the plan is not yet Megatron's (a known gap, see the report).
+PLANS = {"tp": (["Allreduce"] * 2, ["Allreduce"] * 4),
+         "sp": (["Allgather", "Allreduce", "LocalSlice"] * 2,
+                ["Allgather", "Allreduce", "LocalSlice"] * 2 + ["Allreduce", "LocalSlice"] * 2
+                + ["Allreduce"] * 2 + ["Allgather", "Allreduce", "Allreduce", "Allgather", "Allreduce"])}
+
+
+@pytest.mark.parametrize("form", ["tp", "sp"])
+def test_gpt_block_forward_backward_from_dtensors(multidevice_test, form):
     d = multidevice_test.size
-    from torch.distributed.tensor import Replicate, distribute_tensor
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
     b, s, h, hd = 2, 4, 2 * d, 4
     e = h * hd
     full = blocks.gpt_parameters(b, s, e, seed=7)
@@ -40,18 +51,20 @@ def test_gpt_block_forward_backward_from_dtensors(multidevice_test):
     ref_out.backward(dy)
 
     mesh = _torch_mesh(multidevice_test.device, d)
-    params = _dtensors(full, mesh, blocks.GPT_SPLIT)
+    split = blocks.GPT_SPLIT | ({"x": 1} if form == "sp" else {})
+    params = _dtensors(full, mesh, split)
     block = meshfuser.dtensor.compile(lambda fd: blocks.define_gpt_forward(fd, b, s, h, hd),
                                       backward=lambda fd: blocks.define_gpt_backward(fd, b, s, h, hd))
     with meshfuser.Profiler() as prof:
         out = block(*[params[n] for n in blocks.GPT_PARAMS])
     if d > 1:
-        assert blocks.communications(prof.profile) == ["Allreduce"] * 2
+        assert blocks.communications(prof.profile) == PLANS[form][0]
+    assert tuple(out.placements) == ((Shard(1),) if form == "sp" else (Replicate(),))
     torch.testing.assert_close(out.full_tensor().cpu(), ref_out.detach(), **TOL)
     with meshfuser.Profiler() as prof:
-        out.backward(distribute_tensor(dy, mesh, [Replicate()]))
+        out.backward(distribute_tensor(dy, mesh, list(out.placements)))
     if d > 1:
-        assert blocks.communications(prof.profile) == ["Allreduce"] * 4
+        assert blocks.communications(prof.profile) == PLANS[form][1]
     for n in blocks.GPT_PARAMS:
         grad = params[n].grad
         assert grad is not None, n
