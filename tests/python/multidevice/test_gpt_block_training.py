@@ -83,7 +83,8 @@ def test_gpt_block_forward_rejects_unknown_form():
 
 def test_gpt_block_training_step_in_bfloat16(multidevice_test):
     """The dtype the GPU benchmark runs (statistics in float32 inside): output and gradients within
-    bfloat16 rounding of float32 autograd, relative to each tensor's largest entry."""
+    bfloat16 rounding of float32 autograd, relative to each tensor's largest entry or the incoming
+    gradient's (the key bias gradient is zero up to rounding: softmax ignores a per-query shift)."""
     d, rank = multidevice_test.size, multidevice_test.rank
     mesh = DeviceMesh(range(d))
     b, s, h, hd = 1, 4 * d, 2 * d, 8
@@ -101,7 +102,8 @@ def test_gpt_block_training_step_in_bfloat16(multidevice_test):
     def close(actual, want, what):
         assert actual.dtype == torch.bfloat16, what
         error = (actual.float().cpu() - want).abs().max().item()
-        assert error <= 0.05 * max(want.abs().max().item(), 1.0), f"{what}: max error {error}"
+        scale = max(want.abs().max().item(), dy.float().abs().max().item())
+        assert error <= 0.05 * scale, f"{what}: max error {error} (scale {scale})"
 
     close(outputs[0], expected_out, "output")
     for n, actual in zip(blocks.GPT_PARAMS, grads):
