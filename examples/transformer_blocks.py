@@ -273,7 +273,6 @@ def define_gpt_backward(fd, b, s, h, hd, dtype=DataType.Float, mesh=None, form="
     shard, are Allreduced. TP: one Allreduce per column-parallel input gradient."""
     e, rows = h * hd, b * s
     shapes = gpt_shapes(b, s, e)
-    float_or = lambda n: DataType.Float if n == "lse" else dtype  # noqa: E731 (logsumexp is float32)
     saved_shapes = {"ln0": [b, s, e], "q": [b, h, s, hd], "k": [b, h, s, hd], "v": [b, h, s, hd],
                     "attn": [b, h, s, hd], "lse": [b, h, s], "res0": [b, s, e], "ln1": [b, s, e],
                     "pre": [b, s, 4 * e]}
@@ -283,7 +282,8 @@ def define_gpt_backward(fd, b, s, h, hd, dtype=DataType.Float, mesh=None, form="
         if n in ("seed", "offset"):
             t[n] = fd.define_tensor([], dtype=DataType.Int)
         else:
-            t[n] = fd.define_tensor(saved_shapes[n], dtype=float_or(n))
+            # Attention's logsumexp stays float32 whatever the activations' dtype.
+            t[n] = fd.define_tensor(saved_shapes[n], dtype=DataType.Float if n == "lse" else dtype)
     p = {n: fd.define_tensor(shape, dtype=dtype) for n, shape in shapes.items()}
     sp = mesh is not None and form == "sp"
     gather = (lambda tv: _gather(fd, tv, mesh)) if sp else (lambda tv: tv)  # noqa: E731
