@@ -19,7 +19,6 @@ Conventions shared with meshfuser.dtensor.compile(define, backward=...):
 import torch
 import torch.nn.functional as F
 
-import meshfuser
 from meshfuser import DataType, DeviceMesh, FusionDefinition, ParallelType
 
 EPS = 1e-5
@@ -413,4 +412,3 @@ def communications(profile):
     return communication_kinds([k.name for k in profile.kernel_profiles if k.scheduler == "communication"])
 
 
-__all__ = [n for n in dir() if not n.startswith("_") and n not in ("torch", "F", "meshfuser")]
