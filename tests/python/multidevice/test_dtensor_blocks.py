@@ -76,3 +76,30 @@ def test_gpt_block_forward_backward_from_dtensors(multidevice_test, form):
 def test_compile_backward_rejects_bad_num_outputs(multidevice_test):
     with pytest.raises(meshfuser.Error, match="num_outputs must be a positive int"):
         meshfuser.dtensor.compile(lambda fd: None, backward=lambda fd: None, num_outputs=0)
+
+
+def _double_saving_triple(fd):
+    x = fd.define_tensor([-1, -1])
+    fd.add_output(fd.ops.mul(x, 2.0))
+    fd.add_output(fd.ops.mul(x, 3.0))
+
+
+def test_compile_backward_errors_name_the_definition_counts(multidevice_test):
+    """A backward with a gradient too many, and a forward with fewer outputs than num_outputs."""
+    from torch.distributed.tensor import Shard, distribute_tensor
+    mesh = _torch_mesh(multidevice_test.device, multidevice_test.size)
+    x = distribute_tensor(torch.ones(4, 2 * multidevice_test.size), mesh, [Shard(1)]).requires_grad_()
+
+    def two_gradients(fd):
+        g, saved, inp = (fd.define_tensor([-1, -1]) for _ in range(3))
+        fd.add_output(fd.ops.mul(g, 2.0))
+        fd.add_output(fd.ops.add(saved, inp))
+
+    f = meshfuser.dtensor.compile(_double_saving_triple, backward=two_gradients)
+    out = f(x)
+    with pytest.raises(meshfuser.Error, match=r"backward definition has 2 outputs; expected one gradient per "
+                                              r"forward input \(1\)"):
+        out.backward(torch.ones_like(out))
+    f = meshfuser.dtensor.compile(_double_saving_triple, backward=two_gradients, num_outputs=3)
+    with pytest.raises(meshfuser.Error, match="the forward definition has 2 outputs; num_outputs=3"):
+        f(x)
