@@ -42,7 +42,7 @@ PLANS = {"tp": (["Allreduce"] * 2, ["Allreduce"] * 4),
 def test_gpt_block_forward_backward_from_dtensors(multidevice_test, form):
     d = multidevice_test.size
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
-    b, s, h, hd = 2, 4, 2 * d, 4
+    b, s, h, hd = 2, 2 * d, 2 * d, 4
     e = h * hd
     full = blocks.gpt_parameters(b, s, e, seed=7)
     dy = torch.randn(b, s, e, generator=torch.Generator().manual_seed(8))
