@@ -103,3 +103,18 @@ def test_compile_backward_errors_name_the_definition_counts(multidevice_test):
     f = meshfuser.dtensor.compile(_double_saving_triple, backward=two_gradients, num_outputs=3)
     with pytest.raises(meshfuser.Error, match="the forward definition has 2 outputs; num_outputs=3"):
         f(x)
+
+
+def test_llama_block_forward_from_dtensors(multidevice_test):
+    """The Llama-style block from DTensors (TP placements): the Megatron plan, two Allreduce."""
+    d = multidevice_test.size
+    b, s, h, hd, ffn = 1, 4, 2 * d, 8, 8 * d
+    full = blocks.llama_parameters(b, s, h * hd, hd, ffn, seed=11)
+    mesh = _torch_mesh(multidevice_test.device, d)
+    params = _dtensors(full, mesh, blocks.LLAMA_SPLIT)
+    block = meshfuser.dtensor.compile(lambda fd: blocks.define_llama_forward(fd, b, s, h, hd, ffn))
+    with meshfuser.Profiler() as prof:
+        out = block(*[params[n] for n in blocks.LLAMA_PARAMS])
+    if d > 1:
+        assert blocks.communications(prof.profile) == ["Allreduce"] * 2
+    torch.testing.assert_close(out.full_tensor().cpu(), blocks.llama_reference(full, h), **TOL)
