@@ -238,12 +238,19 @@ class CompiledFunction:
         return fd
 
 
-def compile(define_fn, overlap=None):
+def compile(define_fn, backward=None, num_outputs=1, overlap=None):
     """`define_fn(fd)` defines a single-device fusion (global shapes, -1 allowed). The result, called
     with DTensors, builds (once per meshes, placements, dtypes and global shapes) and runs a sharded
     definition, returning DTensors. `overlap` ("auto", "ring", "chunked" or None) overlaps the
-    communication of each sharded linear with its GEMM (FusionDefinition.overlap)."""
-    return CompiledFunction(define_fn, overlap)
+    communication of each sharded linear with its GEMM (FusionDefinition.overlap).
+
+    With `backward=define_backward`, the result is differentiable by torch.autograd: the forward's
+    first `num_outputs` outputs are returned, the rest saved for the backward definition (see
+    meshfuser.dtensor_autograd for the input and output conventions)."""
+    if backward is None:
+        return CompiledFunction(define_fn, overlap)
+    from .dtensor_autograd import TrainableFunction
+    return TrainableFunction(CompiledFunction(define_fn, overlap), CompiledFunction(backward, overlap), num_outputs)
 
 
 # -- 2. fd.execute with DTensors ---------------------------------------------------------------------

@@ -10,14 +10,44 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("form", ["tp", "sp"])
-def test_gpt_block_example_matches_pytorch(form):
+def _run_example(name, *args):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")]))
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)  # one process: rank 0 of 1
-    run = subprocess.run([sys.executable, str(ROOT / "examples" / "gpt_block.py"), "--form", form, "--seq", "8",
-                          "--head-dim", "8"], env=env, capture_output=True, text=True, timeout=120)
+    run = subprocess.run([sys.executable, str(ROOT / "examples" / name), *args], env=env, capture_output=True,
+                         text=True, timeout=120)
     assert run.returncode == 0, run.stderr
-    match = re.search(r"max \|error\| vs PyTorch ([0-9.e+-]+)", run.stdout)
-    assert match, run.stdout
-    assert float(match.group(1)) < 1e-4, run.stdout
+    return run.stdout
+
+
+def _max_error(pattern, stdout):
+    match = re.search(pattern + r" ([0-9.e+-]+)", stdout)
+    assert match, stdout
+    return float(match.group(1))
+
+
+@pytest.mark.parametrize("form", ["tp", "sp"])
+def test_gpt_block_example_matches_pytorch(form):
+    stdout = _run_example("gpt_block.py", "--form", form, "--seq", "8", "--head-dim", "8", "--backward")
+    assert _max_error(r"max \|error\| vs PyTorch", stdout) < 1e-4, stdout
+    assert _max_error(r"max \|gradient error\| vs autograd", stdout) < 1e-4, stdout
+
+
+@pytest.mark.parametrize("form", ["tp", "sp"])
+def test_llama_block_example_matches_pytorch(form):
+    stdout = _run_example("llama_block.py", "--form", form, "--seq", "8", "--head-dim", "8", "--ffn-per-rank", "24")
+    assert _max_error(r"max \|error\| vs PyTorch", stdout) < 1e-4, stdout
+
+
+def test_transformer_block_benchmark_runs_on_cpu(tmp_path):
+    """The benchmark's CPU smoke run: its own check of meshfuser against eager passes and it prints
+    the table (torch.compile left out to keep this quick)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")]),
+               MESHFUSER_BENCH_DIR=str(tmp_path))
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(var, None)
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "transformer_block.py"), "--iters", "1",
+                          "--no-compile", "--seq", "16", "--hidden", "32", "--heads", "2"], env=env,
+                         capture_output=True, text=True, timeout=120, cwd=ROOT / "benchmarks")
+    assert run.returncode == 0, run.stderr
+    assert "meshfuser" in run.stdout and "eager" in run.stdout, run.stdout

@@ -1,0 +1,120 @@
+"""meshfuser.dtensor.compile(define, backward=define_backward) on the GPT block: DTensor weights and
+activations in (Megatron TP placements), DTensors out, torch.autograd through the backward
+definition; output and every parameter gradient equal unsharded PyTorch autograd on 1-4 ranks."""
+import pathlib
+import sys
+
+import pytest
+import torch
+
+import meshfuser
+import meshfuser.dtensor
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "examples"))
+import transformer_blocks as blocks  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+TOL = dict(rtol=1e-4, atol=1e-4)
+
+
+def _torch_mesh(device, d):
+    from torch.distributed.device_mesh import init_device_mesh
+    return init_device_mesh(device.type, (d,))
+
+
+def _dtensors(full, mesh, split):
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    return {n: distribute_tensor(t, mesh, [Shard(split[n]) if n in split else Replicate()]).requires_grad_()
+            for n, t in full.items()}
+
+
+# TP: the Megatron plan (the definitions carry no sharding; propagation finds it from the weights).
+# SP from DTensors: x is Shard(1), but without the ReduceScatter annotations examples' own SP
+# definitions carry, propagation reduces each row-parallel result with an Allreduce and slices
+# locally; the numbers are right, the plan is not yet Megatron's (a known gap, see the report).
+PLANS = {"tp": (["Allreduce"] * 2, ["Allreduce"] * 4),
+         "sp": (["Allgather", "Allreduce", "LocalSlice"] * 2,
+                ["Allgather", "Allreduce", "LocalSlice"] * 2 + ["Allreduce", "LocalSlice"] * 2
+                + ["Allreduce"] * 2 + ["Allgather", "Allreduce", "Allreduce", "Allgather", "Allreduce"])}
+
+
+@pytest.mark.parametrize("form", ["tp", "sp"])
+def test_gpt_block_forward_backward_from_dtensors(multidevice_test, form):
+    d = multidevice_test.size
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    b, s, h, hd = 2, 2 * d, 2 * d, 4
+    e = h * hd
+    full = blocks.gpt_parameters(b, s, e, seed=7)
+    dy = torch.randn(b, s, e, generator=torch.Generator().manual_seed(8))
+    ref_params = {n: t.clone().requires_grad_() for n, t in full.items()}
+    ref_out = blocks.gpt_reference(ref_params, h)
+    ref_out.backward(dy)
+
+    mesh = _torch_mesh(multidevice_test.device, d)
+    split = blocks.GPT_SPLIT | ({"x": 1} if form == "sp" else {})
+    params = _dtensors(full, mesh, split)
+    block = meshfuser.dtensor.compile(lambda fd: blocks.define_gpt_forward(fd, b, s, h, hd),
+                                      backward=lambda fd: blocks.define_gpt_backward(fd, b, s, h, hd))
+    with meshfuser.Profiler() as prof:
+        out = block(*[params[n] for n in blocks.GPT_PARAMS])
+    if d > 1:
+        assert blocks.communications(prof.profile) == PLANS[form][0]
+    assert tuple(out.placements) == ((Shard(1),) if form == "sp" else (Replicate(),))
+    torch.testing.assert_close(out.full_tensor().cpu(), ref_out.detach(), **TOL)
+    with meshfuser.Profiler() as prof:
+        out.backward(distribute_tensor(dy, mesh, list(out.placements)))
+    if d > 1:
+        assert blocks.communications(prof.profile) == PLANS[form][1]
+    for n in blocks.GPT_PARAMS:
+        grad = params[n].grad
+        assert grad is not None, n
+        assert tuple(grad.placements) == tuple(params[n].placements), (n, grad.placements)
+        torch.testing.assert_close(grad.full_tensor().cpu(), ref_params[n].grad, **TOL,
+                                   msg=lambda m: f"grad of {n}: {m}")
+
+
+def test_compile_backward_rejects_bad_num_outputs(multidevice_test):
+    with pytest.raises(meshfuser.Error, match="num_outputs must be a positive int"):
+        meshfuser.dtensor.compile(lambda fd: None, backward=lambda fd: None, num_outputs=0)
+
+
+def _double_saving_triple(fd):
+    x = fd.define_tensor([-1, -1])
+    fd.add_output(fd.ops.mul(x, 2.0))
+    fd.add_output(fd.ops.mul(x, 3.0))
+
+
+def test_compile_backward_errors_name_the_definition_counts(multidevice_test):
+    """A backward with a gradient too many, and a forward with fewer outputs than num_outputs."""
+    from torch.distributed.tensor import Shard, distribute_tensor
+    mesh = _torch_mesh(multidevice_test.device, multidevice_test.size)
+    x = distribute_tensor(torch.ones(4, 2 * multidevice_test.size), mesh, [Shard(1)]).requires_grad_()
+
+    def two_gradients(fd):
+        g, saved, inp = (fd.define_tensor([-1, -1]) for _ in range(3))
+        fd.add_output(fd.ops.mul(g, 2.0))
+        fd.add_output(fd.ops.add(saved, inp))
+
+    f = meshfuser.dtensor.compile(_double_saving_triple, backward=two_gradients)
+    out = f(x)
+    with pytest.raises(meshfuser.Error, match=r"backward definition has 2 outputs; expected one gradient per "
+                                              r"forward input \(1\)"):
+        out.backward(torch.ones_like(out))
+    f = meshfuser.dtensor.compile(_double_saving_triple, backward=two_gradients, num_outputs=3)
+    with pytest.raises(meshfuser.Error, match="the forward definition has 2 outputs; num_outputs=3"):
+        f(x)
+
+
+def test_llama_block_forward_from_dtensors(multidevice_test):
+    """The Llama-style block from DTensors (TP placements): the Megatron plan, two Allreduce."""
+    d = multidevice_test.size
+    b, s, h, hd, ffn = 1, 4, 2 * d, 8, 8 * d
+    full = blocks.llama_parameters(b, s, h * hd, hd, ffn, seed=11)
+    mesh = _torch_mesh(multidevice_test.device, d)
+    params = _dtensors(full, mesh, blocks.LLAMA_SPLIT)
+    block = meshfuser.dtensor.compile(lambda fd: blocks.define_llama_forward(fd, b, s, h, hd, ffn))
+    with meshfuser.Profiler() as prof:
+        out = block(*[params[n] for n in blocks.LLAMA_PARAMS])
+    if d > 1:
+        assert blocks.communications(prof.profile) == ["Allreduce"] * 2
+    torch.testing.assert_close(out.full_tensor().cpu(), blocks.llama_reference(full, h), **TOL)

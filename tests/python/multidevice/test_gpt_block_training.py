@@ -1,0 +1,113 @@
+"""GPT block training step on 1-4 ranks: meshfuser's own forward saves the activations, its backward
+definition reads them (examples/transformer_blocks.py), and every gradient equals unsharded PyTorch
+autograd. TP: forward two Allreduce, backward one Allreduce per column-parallel input gradient.
+SP: the backward mirrors the forward (an Allgather of the gradient before each row-parallel
+linear's backward, a ReduceScatter of each column-parallel input gradient) plus an Allreduce of each
+LayerNorm weight and bias gradient, partial per sequence shard."""
+import pathlib
+import sys
+
+import pytest
+import torch
+
+import meshfuser
+from meshfuser import DeviceMesh
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "examples"))
+import transformer_blocks as blocks  # noqa: E402
+
+pytestmark = pytest.mark.timeout(120)
+TOL = dict(rtol=1e-4, atol=1e-4)
+FORWARD_COMMS = {"tp": ["Allreduce"] * 2, "sp": ["Allgather", "ReduceScatter"] * 2}
+
+
+def _reference_step(full, h, dy):
+    params = {n: t.clone().requires_grad_() for n, t in full.items()}
+    out = blocks.gpt_reference(params, h)
+    out.backward(dy)
+    return out.detach(), {n: t.grad for n, t in params.items()}
+
+
+@pytest.mark.parametrize("form", ["tp", "sp"])
+def test_gpt_block_forward_then_backward_from_saved_activations(multidevice_test, form):
+    d, rank = multidevice_test.size, multidevice_test.rank
+    mesh = DeviceMesh(range(d))
+    b, s, h, hd = 2, 2 * d, 2 * d, 4
+    e = h * hd
+    full = blocks.gpt_parameters(b, s, e, seed=3)
+    dy = torch.randn(b, s, e, generator=torch.Generator().manual_seed(4))
+    expected_out, expected_grads = _reference_step(full, h, dy)
+    local = {n: t.to(multidevice_test.device) for n, t in blocks.gpt_shard(full, form, d, rank).items()}
+    x = local.pop("x")
+    sp = form == "sp"
+
+    forward = blocks.gpt_forward_definition(b, s, h, hd, d, form)
+    with meshfuser.Profiler() as prof:
+        outputs = forward.execute(blocks.gpt_forward_inputs(x, local))
+    assert blocks.communications(prof.profile) == (FORWARD_COMMS[form] if d > 1 else [])
+    assert len(outputs) == 1 + len(blocks.GPT_SAVED)
+    shard_seq = (lambda t: mesh.shard_tensor(t, 1, rank)) if sp else (lambda t: t)  # noqa: E731
+    torch.testing.assert_close(outputs[0].cpu(), shard_seq(expected_out), **TOL)
+    # The saved activations have the shapes the backward expects: heads and MLP features split,
+    # ln0/ln1 whole, res0 like the activations.
+    saved = dict(zip(blocks.GPT_SAVED, outputs[1:]))
+    assert saved["q"].shape == (b, h // d, s, hd) and saved["pre"].shape == (b, s, 4 * e // d)
+    assert saved["ln0"].shape == (b, s, e) and saved["ln1"].shape == (b, s, e)
+    assert saved["res0"].shape == (b, s // d if sp else s, e)
+
+    backward = blocks.gpt_backward_definition(b, s, h, hd, d, form)
+    dy_local = shard_seq(dy).to(multidevice_test.device)
+    with meshfuser.Profiler() as prof:
+        grads = backward.execute(blocks.gpt_backward_inputs(dy_local, outputs, x, local))
+    comms = blocks.communications(prof.profile)
+    if d == 1:
+        assert comms == []
+    elif form == "tp":
+        assert comms == ["Allreduce"] * 4
+    else:
+        # MLP: gather dy, reduce-scatter d_ln1; attention: gather d_res0, reduce-scatter each of the
+        # q/k/v input gradients; then the four LayerNorm weight/bias gradients.
+        assert comms == ["Allgather", "ReduceScatter", "Allgather"] + ["ReduceScatter"] * 3 + ["Allreduce"] * 4
+    split = blocks.GPT_SPLIT | ({"x": 1} if sp else {})
+    for n, actual in zip(blocks.GPT_PARAMS, grads):
+        want = expected_grads[n]
+        if n in split:
+            want = mesh.shard_tensor(want, split[n], rank)
+        torch.testing.assert_close(actual.cpu(), want, **TOL, msg=lambda m: f"grad of {n}: {m}")
+
+
+def test_gpt_block_forward_rejects_unknown_form():
+    with pytest.raises(ValueError, match="form must be one of"):
+        blocks.gpt_forward_definition(1, 2, 2, 2, 1, "pp")
+
+
+def test_gpt_block_training_step_in_bfloat16(multidevice_test):
+    """The dtype the GPU benchmark runs (statistics in float32 inside): output and gradients within
+    bfloat16 rounding of float32 autograd, relative to each tensor's largest entry or the incoming
+    gradient's (the key bias gradient is zero up to rounding: softmax ignores a per-query shift)."""
+    d, rank = multidevice_test.size, multidevice_test.rank
+    mesh = DeviceMesh(range(d))
+    b, s, h, hd = 1, 4 * d, 2 * d, 8
+    e = h * hd
+    full = blocks.gpt_parameters(b, s, e, seed=9, dtype=torch.bfloat16)
+    dy = torch.randn(b, s, e, generator=torch.Generator().manual_seed(10)).to(torch.bfloat16)
+    expected_out, expected_grads = _reference_step({n: t.float() for n, t in full.items()}, h, dy.float())
+    local = {n: t.to(multidevice_test.device) for n, t in blocks.gpt_shard(full, "tp", d, rank).items()}
+    x = local.pop("x")
+    dtype = blocks.to_meshfuser_dtype(torch.bfloat16)
+    outputs = blocks.gpt_forward_definition(b, s, h, hd, d, "tp", dtype).execute(blocks.gpt_forward_inputs(x, local))
+    grads = blocks.gpt_backward_definition(b, s, h, hd, d, "tp", dtype).execute(
+        blocks.gpt_backward_inputs(dy.to(multidevice_test.device), outputs, x, local))
+
+    def close(actual, want, what):
+        assert actual.dtype == torch.bfloat16, what
+        error = (actual.float().cpu() - want).abs().max().item()
+        scale = max(want.abs().max().item(), dy.float().abs().max().item())
+        assert error <= 0.05 * scale, f"{what}: max error {error} (scale {scale})"
+
+    close(outputs[0], expected_out, "output")
+    for n, actual in zip(blocks.GPT_PARAMS, grads):
+        want = expected_grads[n]
+        if n in blocks.GPT_SPLIT:
+            want = mesh.shard_tensor(want, blocks.GPT_SPLIT[n], rank)
+        close(actual, want, f"grad of {n}")
