@@ -66,6 +66,9 @@ def main():
             t_compile = float("nan")
             if not args.no_compile:
                 ref_fn = lambda *ins: norm_patterns.torch_reference(name, list(ins), dtype)  # noqa: E731
+                # One lambda serves every case: without a reset, dynamo's per-code recompile limit
+                # (8) silently falls back to eager for the later cases.
+                torch._dynamo.reset()
                 compiled = torch.compile(ref_fn, dynamic=False)
                 compiled(*inputs)
                 t_compile = time_ms(lambda: compiled(*inputs))
