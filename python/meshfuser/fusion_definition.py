@@ -124,7 +124,11 @@ class _Ops:
         return self._reduce(OpType.min, x, dims, keepdim)
 
     def broadcast_in_dim(self, x, shape, broadcast_dims):
-        return _C.ops.broadcast_in_dim(self._tensor(x, "broadcast_in_dim"), list(shape), list(broadcast_dims))
+        shape = list(shape)
+        if any(isinstance(s, _C.Val) for s in shape):
+            raise _C.ArgumentError(f"broadcast_in_dim: shape {shape} holds runtime extents (fd.ops.shape/size or "
+                                   "scalars); this version takes ints only (the input's own axes may be -1)")
+        return _C.ops.broadcast_in_dim(self._tensor(x, "broadcast_in_dim"), shape, list(broadcast_dims))
 
     def broadcast(self, x, is_broadcast_dim):
         """nvFuser's broadcast: the output has an axis of extent 1 wherever is_broadcast_dim is True

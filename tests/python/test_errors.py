@@ -261,3 +261,12 @@ def test_errors_are_not_internal():
         fd.execute([torch.randn(3, 3)])
     assert not isinstance(e.value, meshfuser.InternalError)
     assert "internal error" not in str(e.value)
+
+
+def test_broadcast_in_dim_with_a_runtime_shape_is_an_argument_error():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, 8])
+        w = fd.define_tensor([8])
+        with pytest.raises(meshfuser.Error, match=r"broadcast_in_dim: shape .* holds runtime extents") as e:
+            fd.ops.broadcast_in_dim(w, fd.ops.shape(x), [1])
+        assert isinstance(e.value, ValueError)

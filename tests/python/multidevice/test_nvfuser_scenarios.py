@@ -147,7 +147,6 @@ def test_insert_resharding_after(multidevice_test):
     assert _kinds(fd, [inp_t]) == (["Allgather"] if d > 1 else [])
 
 
-@pytest.mark.xfail(strict=False, reason="needs var_mean")
 def test_welford_var_mean_sequence_parallel(multidevice_test):
     d = multidevice_test.size
     mesh = DeviceMesh(torch.arange(d))
@@ -214,7 +213,6 @@ def test_reduction_with_2d_mesh(multidevice_test):
     assert _kinds(fd, [inp_t]) == ["Allreduce"]
 
 
-@pytest.mark.xfail(strict=False, reason="needs sdpfa_fwd/sdpfa_bwd")
 def test_sdpa_head_parallel_loop_split(multidevice_test):
     d = multidevice_test.size
     mesh = DeviceMesh(torch.arange(d))

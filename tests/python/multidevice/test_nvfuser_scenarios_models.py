@@ -82,7 +82,6 @@ def test_transformer_mlp_forward(multidevice_test, sequence_parallel):
     torch.testing.assert_close(out_t.cpu(), expected[1], rtol=1.6e-2, atol=5e-2)
 
 
-@pytest.mark.xfail(strict=False, reason="needs var_mean")
 def test_transformer_layernorm_forward_sequence_parallel(multidevice_test):
     # LayerNorm as Thunder writes it (var_mean, rsqrt, broadcast_in_dim with keywords) on a
     # sequence-sharded input: no communication.
@@ -109,7 +108,6 @@ def test_transformer_layernorm_forward_sequence_parallel(multidevice_test):
 
 
 # -- test_overlap.py -------------------------------------------------------------------------------
-@pytest.mark.xfail(strict=False, reason="needs stream/overlap")
 def test_overlap_row_parallel_linear_stream_chunks(multidevice_test):
     # Rows of the input cut into 3 stream chunks; each chunk's partial product is Allreduced while
     # the next chunk computes.
@@ -140,7 +138,6 @@ def test_overlap_row_parallel_linear_stream_chunks(multidevice_test):
     assert "for" in fd.host_program().lower()
 
 
-@pytest.mark.xfail(strict=False, reason="needs stream/overlap and swizzle1d")
 @pytest.mark.parametrize("ring", [False, True], ids=["broadcast", "collective_permute"])
 def test_overlap_column_parallel_linear_gathered_input(multidevice_test, ring):
     # The sequence-sharded input is gathered chunk by chunk (stream axis on the gathered set), in
@@ -173,7 +170,6 @@ def test_overlap_column_parallel_linear_gathered_input(multidevice_test, ring):
     torch.testing.assert_close(out_t.cpu(), mesh.shard_tensor(expected, 1, multidevice_test.rank))
 
 
-@pytest.mark.xfail(strict=False, reason="needs sdpfa_fwd/sdpfa_bwd")
 def test_sdpa_head_parallel_logical_split(multidevice_test):
     # The older layout: [d, b, h/d, s, e/h] with the device axis logical.
     d = multidevice_test.size
@@ -268,7 +264,7 @@ def _layer_norm(fd, x, w, b):
     return fd.ops.add(y, fd.ops.cast(fd.ops.broadcast_in_dim(b, shape=shape, broadcast_dims=[-1]), DataType.Float))
 
 
-@pytest.mark.xfail(strict=False, reason="needs var_mean, shape/size and slice")
+@pytest.mark.xfail(strict=True, raises=meshfuser.Error, reason="broadcast_in_dim with a runtime shape (fd.ops.shape) is not supported yet")
 def test_triangle_update_outgoing_full(multidevice_test):
     # nvFuser's whole outgoing triangle update: layer norm, gated projection to [a | b], masked,
     # sliced, contracted over the third token, layer norm and gating again.
