@@ -235,7 +235,7 @@ def gpt_forward_definition(b, s, h, hd, d, form, dtype=DataType.Float):
     return fd
 
 
-def _layer_norm_backward(fd, dy, x, w, e, dtype):
+def layer_norm_backward(fd, dy, x, w, e, dtype):
     """dx, dw, db of LayerNorm over the last axis (statistics recomputed from x)."""
     dy, x = _float(fd, dy, dtype), _float(fd, x, dtype)
     centered, rstd = _layer_norm_stats(fd, x, e)
@@ -249,14 +249,14 @@ def _layer_norm_backward(fd, dy, x, w, e, dtype):
     return _back(fd, dx, dtype), _back(fd, dw, dtype), _back(fd, db, dtype)
 
 
-def _gelu_backward(fd, dy, x):
+def gelu_backward(fd, dy, x):
     """dy * gelu'(x) for the exact (erf) GELU: Phi(x) + x * phi(x)."""
     cdf = fd.ops.mul(fd.ops.add(fd.ops.erf(fd.ops.mul(x, 0.5 ** 0.5)), 1.0), 0.5)
     pdf = fd.ops.mul(fd.ops.exp(fd.ops.mul(fd.ops.mul(x, x), -0.5)), (2 * torch.pi) ** -0.5)
     return fd.ops.mul(dy, fd.ops.add(cdf, fd.ops.mul(x, pdf)))
 
 
-def _linear_backward(fd, dy, x, w, rows):
+def linear_backward(fd, dy, x, w, rows):
     """dx, dw, db of linear(x, w, b) on [b, s, .] activations (rows = b * s)."""
     n_out, n_in = w.shape
     dx = fd.ops.matmul(dy, w)
@@ -290,26 +290,26 @@ def define_gpt_backward(fd, b, s, h, hd, dtype=DataType.Float, mesh=None, form="
 
     # MLP: out = res0 + linear(gelu(pre), w2, b2), pre = linear(ln1, w1, b1).
     dy_whole = gather(dy)
-    d_act, d_w2, d_b2 = _linear_backward(fd, dy_whole, fd.ops.gelu(t["pre"]), p["w2"], rows)
-    d_pre = _gelu_backward(fd, d_act, t["pre"])
-    d_ln1, d_w1, d_b1 = _linear_backward(fd, d_pre, t["ln1"], p["w1"], rows)
+    d_act, d_w2, d_b2 = linear_backward(fd, dy_whole, fd.ops.gelu(t["pre"]), p["w2"], rows)
+    d_pre = gelu_backward(fd, d_act, t["pre"])
+    d_ln1, d_w1, d_b1 = linear_backward(fd, d_pre, t["ln1"], p["w1"], rows)
     partial_outputs.append(d_ln1)
-    d_res0, d_ln1_w, d_ln1_b = _layer_norm_backward(fd, d_ln1, t["res0"], p["ln1_w"], e, dtype)
+    d_res0, d_ln1_w, d_ln1_b = layer_norm_backward(fd, d_ln1, t["res0"], p["ln1_w"], e, dtype)
     d_res0 = fd.ops.add(d_res0, dy)
     # Attention: res0 = x + linear(merge_heads(attn), wo, bo).
     d_res0_whole = gather(d_res0)
     attn_flat = merge_heads(fd, t["attn"], b, s, e)
-    d_attn_flat, d_wo, d_bo = _linear_backward(fd, d_res0_whole, attn_flat, p["wo"], rows)
+    d_attn_flat, d_wo, d_bo = linear_backward(fd, d_res0_whole, attn_flat, p["wo"], rows)
     d_attn = split_heads(fd, d_attn_flat, b, s, h, hd)
     grads = fd.ops.sdpfa_bwd(d_attn, t["q"], t["k"], t["v"], t["attn"], t["lse"], 0.0, True, t["seed"],
                              t["offset"])
     d_ln0, d_proj = None, {}
     for n, grad in zip("qkv", grads):
         flat = merge_heads(fd, grad, b, s, e)
-        d_in, d_proj[f"w{n}"], d_proj[f"b{n}"] = _linear_backward(fd, flat, t["ln0"], p[f"w{n}"], rows)
+        d_in, d_proj[f"w{n}"], d_proj[f"b{n}"] = linear_backward(fd, flat, t["ln0"], p[f"w{n}"], rows)
         partial_outputs.append(d_in)
         d_ln0 = d_in if d_ln0 is None else fd.ops.add(d_ln0, d_in)
-    d_x, d_ln0_w, d_ln0_b = _layer_norm_backward(fd, d_ln0, p["x"], p["ln0_w"], e, dtype)
+    d_x, d_ln0_w, d_ln0_b = layer_norm_backward(fd, d_ln0, p["x"], p["ln0_w"], e, dtype)
     d_x = fd.ops.add(d_x, d_res0)
     results = {"x": d_x, "ln0_w": d_ln0_w, "ln0_b": d_ln0_b, **d_proj, "wo": d_wo, "bo": d_bo,
                "ln1_w": d_ln1_w, "ln1_b": d_ln1_b, "w1": d_w1, "b1": d_b1, "w2": d_w2, "b2": d_b2}

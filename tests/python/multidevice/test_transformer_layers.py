@@ -5,13 +5,19 @@ replicated (TP) or split on the sequence (SP). Forward TP: two Allreduce; SP: an
 each column-parallel part and a ReduceScatter after each row-parallel linear.
 Backward, as its own definition from saved activations: one Allreduce per column-parallel input
 gradient. Every rank checks against unsharded PyTorch (autograd for the gradients)."""
+import pathlib
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 import meshfuser
-from meshfuser import DeviceMesh, FusionDefinition, ParallelType
+from meshfuser import DataType, DeviceMesh, FusionDefinition, ParallelType
 from meshfuser.testing import communication_kinds
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "examples"))
+import transformer_blocks as blocks  # noqa: E402
 
 EPS = 1e-5
 TOL = dict(rtol=1e-4, atol=1e-4)
@@ -24,31 +30,6 @@ def _float32_attention_runs_on_cpu(multidevice_test):
     bfloat16 block on GPUs is test_gpt_block_training.py's training step."""
     if multidevice_test.device.type == "cuda":
         pytest.skip("float32 attention has no CUDA flash kernel (half/bfloat16 only)")
-
-
-def _layer_norm(fd, x, w, b, e):
-    """LayerNorm over the last axis from sum, sub, mul and rsqrt."""
-    mean = fd.ops.div(fd.ops.sum(x, [2], keepdim=True), float(e))
-    centered = fd.ops.sub(x, mean)
-    var = fd.ops.div(fd.ops.sum(fd.ops.mul(centered, centered), [2], keepdim=True), float(e))
-    normed = fd.ops.mul(centered, fd.ops.rsqrt(fd.ops.add(var, EPS)))
-    return fd.ops.add(fd.ops.mul(normed, w), b)
-
-
-def _heads(fd, t, b, s, h, hd):
-    """[b, s, h*hd] -> [b, h, s, hd]."""
-    return fd.ops.permute(fd.ops.reshape(t, [b, s, h, hd]), [0, 2, 1, 3])
-
-
-def _reference(p, b, s, h, hd):
-    e = h * hd
-    x = p["x"]
-    ln0 = F.layer_norm(x, [e], p["ln0_w"], p["ln0_b"], EPS)
-    q, k, v = (F.linear(ln0, p[f"w{n}"], p[f"b{n}"]).view(b, s, h, hd).transpose(1, 2) for n in "qkv")
-    attn = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, e)
-    res0 = x + F.linear(attn, p["wo"], p["bo"])
-    ln1 = F.layer_norm(res0, [e], p["ln1_w"], p["ln1_b"], EPS)
-    return res0 + F.linear(F.gelu(F.linear(ln1, p["w1"], p["b1"])), p["w2"], p["b2"])
 
 
 @pytest.mark.parametrize("form", ["tp", "sp"])
@@ -78,13 +59,13 @@ def test_gpt_block_forward(multidevice_test, form):
 
     with FusionDefinition() as fd:
         t = {n: fd.define_tensor(shape) for n, shape in shapes.items()}
-        ln0 = _layer_norm(fd, t["x"], t["ln0_w"], t["ln0_b"], e)
-        q, k, v = (_heads(fd, fd.ops.linear(ln0, t[f"w{n}"], t[f"b{n}"]), b, s, h, hd) for n in "qkv")
+        ln0 = blocks.layer_norm(fd, t["x"], t["ln0_w"], t["ln0_b"], e)
+        q, k, v = (blocks.split_heads(fd, fd.ops.linear(ln0, t[f"w{n}"], t[f"b{n}"]), b, s, h, hd) for n in "qkv")
         attn, _, _, _ = fd.ops.sdpfa_fwd(q, k, v, is_causal=True)
         attn = fd.ops.reshape(fd.ops.permute(attn, [0, 2, 1, 3]), [b, s, e])
         proj = fd.ops.linear(attn, t["wo"], t["bo"])
         res0 = fd.ops.add(t["x"], proj)
-        ln1 = _layer_norm(fd, res0, t["ln1_w"], t["ln1_b"], e)
+        ln1 = blocks.layer_norm(fd, res0, t["ln1_w"], t["ln1_b"], e)
         mlp = fd.ops.linear(fd.ops.gelu(fd.ops.linear(ln1, t["w1"], t["b1"])), t["w2"], t["b2"])
         fd.add_output(fd.ops.add(res0, mlp))
         for n, tv in t.items():
@@ -102,7 +83,7 @@ def test_gpt_block_forward(multidevice_test, form):
     comms = [k.name for k in prof.profile.kernel_profiles if k.scheduler == "communication"]
     kinds = ["Allreduce"] * 2 if form == "tp" else ["Allgather", "ReduceScatter"] * 2
     assert communication_kinds(comms) == (kinds if d > 1 else []), comms
-    expected = _reference(params, b, s, h, hd)
+    expected = blocks.gpt_reference(params, h)
     if form == "sp":
         expected = mesh.shard_tensor(expected, 1, multidevice_test.rank)
     torch.testing.assert_close(out.cpu(), expected, **TOL)
@@ -115,37 +96,6 @@ def test_gpt_block_forward(multidevice_test, form):
 
 
 # -- backward ------------------------------------------------------------------------------------
-
-def _layer_norm_backward(fd, dy, x, w, e):
-    """dx, dw, db of LayerNorm over the last axis (statistics recomputed from x)."""
-    mean = fd.ops.div(fd.ops.sum(x, [2], keepdim=True), float(e))
-    centered = fd.ops.sub(x, mean)
-    var = fd.ops.div(fd.ops.sum(fd.ops.mul(centered, centered), [2], keepdim=True), float(e))
-    rstd = fd.ops.rsqrt(fd.ops.add(var, EPS))
-    xhat = fd.ops.mul(centered, rstd)
-    dw = fd.ops.sum(fd.ops.mul(dy, xhat), [0, 1])
-    db = fd.ops.sum(dy, [0, 1])
-    dxhat = fd.ops.mul(dy, w)
-    mean_dxhat = fd.ops.div(fd.ops.sum(dxhat, [2], keepdim=True), float(e))
-    mean_dxhat_xhat = fd.ops.div(fd.ops.sum(fd.ops.mul(dxhat, xhat), [2], keepdim=True), float(e))
-    dx = fd.ops.mul(rstd, fd.ops.sub(fd.ops.sub(dxhat, mean_dxhat), fd.ops.mul(xhat, mean_dxhat_xhat)))
-    return dx, dw, db
-
-
-def _gelu_backward(fd, dy, x):
-    """dy * gelu'(x) for the exact (erf) GELU: Phi(x) + x * phi(x)."""
-    cdf = fd.ops.mul(fd.ops.add(fd.ops.erf(fd.ops.mul(x, 0.5 ** 0.5)), 1.0), 0.5)
-    pdf = fd.ops.mul(fd.ops.exp(fd.ops.mul(fd.ops.mul(x, x), -0.5)), (2 * torch.pi) ** -0.5)
-    return fd.ops.mul(dy, fd.ops.add(cdf, fd.ops.mul(x, pdf)))
-
-
-def _linear_backward(fd, dy, x, w, rows):
-    """dx, dw, db of linear(x, w, b) on [b, s, .] activations (rows = b * s)."""
-    n_out, n_in = w.shape
-    dx = fd.ops.matmul(dy, w)
-    dw = fd.ops.matmul(fd.ops.permute(fd.ops.reshape(dy, [rows, n_out]), [1, 0]), fd.ops.reshape(x, [rows, n_in]))
-    return dx, dw, fd.ops.sum(dy, [0, 1])
-
 
 def test_gpt_block_backward_tensor_parallel(multidevice_test):
     """The backward as its own definition, from the forward's saved activations (PyTorch's, here).
@@ -187,23 +137,23 @@ def test_gpt_block_backward_tensor_parallel(multidevice_test):
                                  else meshfuser.DataType.Float) for n, a in saved.items()}
         rows = b * s
         # MLP: out = res0 + linear(gelu(pre), w2, b2), pre = linear(ln1, w1, b1).
-        d_act, d_w2, d_b2 = _linear_backward(fd, t["dy"], fd.ops.gelu(t["pre"]), t["w2"], rows)
-        d_pre = _gelu_backward(fd, d_act, t["pre"])
-        d_ln1, d_w1, d_b1 = _linear_backward(fd, d_pre, t["ln1"], t["w1"], rows)
-        d_res0, d_ln1_w, d_ln1_b = _layer_norm_backward(fd, d_ln1, t["res0"], t["ln1_w"], e)
+        d_act, d_w2, d_b2 = blocks.linear_backward(fd, t["dy"], fd.ops.gelu(t["pre"]), t["w2"], rows)
+        d_pre = blocks.gelu_backward(fd, d_act, t["pre"])
+        d_ln1, d_w1, d_b1 = blocks.linear_backward(fd, d_pre, t["ln1"], t["w1"], rows)
+        d_res0, d_ln1_w, d_ln1_b = blocks.layer_norm_backward(fd, d_ln1, t["res0"], t["ln1_w"], e, DataType.Float)
         d_res0 = fd.ops.add(d_res0, t["dy"])
         # Attention: res0 = x + linear(merge_heads(attn), wo, bo).
         attn_flat = fd.ops.reshape(fd.ops.permute(t["attn"], [0, 2, 1, 3]), [b, s, e])
-        d_attn_flat, d_wo, d_bo = _linear_backward(fd, d_res0, attn_flat, t["wo"], rows)
-        d_attn = _heads(fd, d_attn_flat, b, s, h, hd)
+        d_attn_flat, d_wo, d_bo = blocks.linear_backward(fd, d_res0, attn_flat, t["wo"], rows)
+        d_attn = blocks.split_heads(fd, d_attn_flat, b, s, h, hd)
         grads = fd.ops.sdpfa_bwd(d_attn, t["q"], t["k"], t["v"], t["attn"], t["lse"], 0.0, True, t["seed"],
                                  t["offset"])
         d_ln0, d_proj = None, {}
         for n, grad in zip("qkv", grads):
             flat = fd.ops.reshape(fd.ops.permute(grad, [0, 2, 1, 3]), [b, s, e])
-            d_in, d_proj[f"w{n}"], d_proj[f"b{n}"] = _linear_backward(fd, flat, t["ln0"], t[f"w{n}"], rows)
+            d_in, d_proj[f"w{n}"], d_proj[f"b{n}"] = blocks.linear_backward(fd, flat, t["ln0"], t[f"w{n}"], rows)
             d_ln0 = d_in if d_ln0 is None else fd.ops.add(d_ln0, d_in)
-        d_x, d_ln0_w, d_ln0_b = _layer_norm_backward(fd, d_ln0, t["x"], t["ln0_w"], e)
+        d_x, d_ln0_w, d_ln0_b = blocks.layer_norm_backward(fd, d_ln0, t["x"], t["ln0_w"], e, DataType.Float)
         d_x = fd.ops.add(d_x, d_res0)
         results = {"x": d_x, "ln0_w": d_ln0_w, "ln0_b": d_ln0_b, **d_proj, "wo": d_wo, "bo": d_bo,
                    "ln1_w": d_ln1_w, "ln1_b": d_ln1_b, "w1": d_w1, "b1": d_b1, "w2": d_w2, "b2": d_b2}
