@@ -11,6 +11,7 @@
 
 #ifdef MESHFUSER_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAGuard.h>
 #endif
 
@@ -175,6 +176,14 @@ void launchGeneratedKernel(const GeneratedKernel& kernel, const std::vector<at::
   MF_CHECK(api().error.empty(), api().error);
   const at::Tensor& any = outputs.empty() ? inputs.at(0) : outputs[0];
   c10::cuda::CUDAGuard guard(any.device());
+  // The driver calls below need the device's primary context current in this thread. A thread
+  // that has only run PyTorch ops through the runtime API may not have one bound yet (autograd's
+  // device threads: "invalid device context" on the H200); any runtime call binds it.
+  thread_local int bound_device = -1;
+  if (bound_device != any.device().index()) {
+    C10_CUDA_CHECK(cudaFree(nullptr));
+    bound_device = any.device().index();
+  }
   CUfunction fn = compile(kernel);
   std::vector<void*> pointers;
   std::vector<double> scalar_values = scalars;

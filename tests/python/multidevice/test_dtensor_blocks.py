@@ -38,6 +38,7 @@ PLANS = {"tp": (["Allreduce"] * 2, ["Allreduce"] * 4),
                 + ["Allreduce"] * 2 + ["Allgather", "Allreduce", "Allreduce", "Allgather", "Allreduce"])}
 
 
+@pytest.mark.float32_attention
 @pytest.mark.parametrize("form", ["tp", "sp"])
 def test_gpt_block_forward_backward_from_dtensors(multidevice_test, form):
     d = multidevice_test.size
@@ -105,6 +106,7 @@ def test_compile_backward_errors_name_the_definition_counts(multidevice_test):
         f(x)
 
 
+@pytest.mark.float32_attention
 def test_llama_block_forward_from_dtensors(multidevice_test):
     """The Llama-style block from DTensors (TP placements): the Megatron plan, two Allreduce."""
     d = multidevice_test.size

@@ -213,6 +213,7 @@ def test_reduction_with_2d_mesh(multidevice_test):
     assert _kinds(fd, [inp_t]) == ["Allreduce"]
 
 
+@pytest.mark.float32_attention
 def test_sdpa_head_parallel_loop_split(multidevice_test):
     d = multidevice_test.size
     mesh = DeviceMesh(torch.arange(d))

@@ -170,6 +170,7 @@ def test_overlap_column_parallel_linear_gathered_input(multidevice_test, ring):
     torch.testing.assert_close(out_t.cpu(), mesh.shard_tensor(expected, 1, multidevice_test.rank))
 
 
+@pytest.mark.float32_attention
 def test_sdpa_head_parallel_logical_split(multidevice_test):
     # The older layout: [d, b, h/d, s, e/h] with the device axis logical.
     d = multidevice_test.size
