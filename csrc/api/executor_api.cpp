@@ -51,6 +51,8 @@ std::vector<Sharding> Executor::outputShardings() const {
   std::vector<Sharding> result;
   for (const mf::Val* v : cache_->lastExecutor()->compiledFusion().outputs()) {
     auto* tv = static_cast<const mf::TensorView*>(v);
+    MF_USER_CHECK(mf::allSplitsBlocked(tv), "outputShardings: output ", tv->toString(),
+                  " is split interleaved across devices, which a Sharding of one block per device cannot describe");
     Sharding s{DeviceMesh(tv->mesh().devices(), tv->mesh().shape()), {}};
     for (mf::ParallelType pt : mf::kDeviceParallelTypes) s.axes.push_back(mf::shardedAxis(tv, pt));
     result.push_back(std::move(s));

@@ -117,6 +117,20 @@ void bindIr(py::module& m) {
                                    id->parallelType(), id->isReduction(), id->toString());
            })
       .def("sharded_axis", [](const TensorView& tv, ParallelType pt) { return shardedAxis(&tv, pt); })
+      .def("splits_are_blocked", [](const TensorView& tv) { return allSplitsBlocked(&tv); })
+      .def("shard_positions",
+           [](const TensorView& tv, int64_t axis, int64_t global_extent, int64_t rank) -> py::object {
+             auto shards = shardsPerAxis(&tv);
+             MF_USER_CHECK(axis >= 0 && axis < static_cast<int64_t>(shards.size()), tv.toString(), ": axis ", axis,
+                           " out of range for ", shards.size(), " axes");
+             if (!tv.hasMesh() || shards[static_cast<size_t>(axis)] == 1) return py::none();
+             // A rank outside the mesh gets the first device's shard (what it would be sent).
+             std::vector<int64_t> coords = tv.mesh().has(rank) ? tv.mesh().coordinatesOf(rank)
+                                                               : std::vector<int64_t>(tv.mesh().rank(), 0);
+             return py::cast(axisPositions(&tv, axis, global_extent, [&](ParallelType pt) {
+               return coords.at(static_cast<size_t>(tv.mesh().axisOf(pt)));
+             }));
+           })
       .def("__str__", [](const TensorView& tv) { return printTensor(&tv); });
 
   py::class_<Fusion, std::shared_ptr<Fusion>>(m, "Fusion")

@@ -103,6 +103,9 @@ class FusionHandle {
     py::list result;
     for (const Val* v : last().compiledFusion().outputs()) {
       auto* tv = static_cast<const TensorView*>(v);
+      MF_USER_CHECK(allSplitsBlocked(tv), "output ", tv->toString(), " is split interleaved across devices (a device ",
+                    "axis that is not the outermost part of its axis), which a Sharding of one block per device ",
+                    "cannot describe; shard the output with an outer split");
       py::dict axes;
       for (ParallelType pt : kDeviceParallelTypes) axes[py::cast(pt)] = shardedAxis(tv, pt);
       result.append(py::make_tuple(tv->mesh(), axes));

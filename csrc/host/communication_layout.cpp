@@ -9,7 +9,9 @@
 //     it shards now; LocalSlice keeps this rank's block (a view); Gather concatenates the senders'
 //     shards along the gathered axis; Scatter's root sends each receiver its block of that axis.
 //   The send layout copies only when something other than size-1 axes sits outside the blocks
-//   axis (send_copies); otherwise the buffer is a view of the input.
+//   axis (send_copies); otherwise the buffer is a view of the input. When a device split of the
+//   communicated axis is interleaved (not one block per device), blocks and merges go by index
+//   (by_index): each team member's elements are picked or placed by their global positions.
 #include "host/host_program.h"
 #include "multidevice/sharding.h"
 
@@ -30,6 +32,10 @@ bool blocksNeedCopy(const TensorView* tv, int64_t axis, int64_t dropped_axis) {
   return false;
 }
 
+bool interleaved(const TensorView* tv, ParallelType pt) {
+  return shardedLoopId(tv, pt) != nullptr && !deviceSplit(tv, pt).blocked();
+}
+
 }  // namespace
 
 std::string CommunicationLayout::toString() const {
@@ -39,25 +45,29 @@ std::string CommunicationLayout::toString() const {
   if (send_blocks_axis >= 0) add("send=blocks(" + std::to_string(send_blocks_axis) + (send_copies ? ", copy)" : ", view)"));
   if (recv_merge_axis >= 0) add("recv=merge(" + std::to_string(recv_merge_axis) + ")");
   if (slice_axis >= 0) add("slice(" + std::to_string(slice_axis) + ")");
+  if (by_index) add("by-index");
   return s;
 }
 
 void planCommunicationLayouts(HostProgram& hp) {
   for (Communication& c : hp.communications()) {
     CommunicationLayout& l = c.layout;
+    bool reshapes_blocks = c.type == CommunicationType::Allgather || c.type == CommunicationType::ReduceScatter ||
+                           c.type == CommunicationType::AllToAll || c.type == CommunicationType::LocalSlice;
+    l.by_index = reshapes_blocks && (interleaved(c.input, c.pt) || interleaved(c.output, c.pt));
     switch (c.type) {
       case CommunicationType::Allgather: l.recv_merge_axis = c.out_axis; break;
       case CommunicationType::ReduceScatter:
         l.drop_axis = c.reduced_axis;
         l.send_blocks_axis = c.out_axis;
-        l.send_copies = blocksNeedCopy(c.input, c.out_axis, c.reduced_axis);
+        l.send_copies = l.by_index || blocksNeedCopy(c.input, c.out_axis, c.reduced_axis);
         break;
       case CommunicationType::Allreduce:
       case CommunicationType::NoOp: l.drop_axis = c.reduced_axis; break;
       case CommunicationType::AllToAll:
         l.send_blocks_axis = c.out_axis;
         l.recv_merge_axis = c.in_axis;
-        l.send_copies = blocksNeedCopy(c.input, c.out_axis, -1);
+        l.send_copies = l.by_index || blocksNeedCopy(c.input, c.out_axis, -1);
         break;
       case CommunicationType::LocalSlice: l.slice_axis = c.out_axis; break;
       case CommunicationType::Gather: l.recv_merge_axis = c.out_axis; break;   // senders' shards, in mesh order

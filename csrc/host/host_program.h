@@ -25,6 +25,9 @@ struct CommunicationLayout {
   int64_t recv_merge_axis = -1;   // the received [team, ...] blocks concatenate along this axis
   int64_t slice_axis = -1;        // keep this rank's block along this axis (no data moves)
   bool send_copies = false;       // the send layout needs a copy (the blocks are not already outermost)
+  // A device split of the communicated axis is not one block per device (an inner split, say): the
+  // blocks and the merge are gathered and scattered by index (one copy each way), not reshaped.
+  bool by_index = false;
   std::string toString() const;
 };
 

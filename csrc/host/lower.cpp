@@ -122,6 +122,9 @@ Communication lowerSameMeshOrMove(HostProgram& hp, Expr* e, int64_t rank) {
     if (p_sharded && q_sharded) {
       DeviceSplit ps = deviceSplit(p, pt);
       DeviceSplit qs = deviceSplit(q, pt);
+      MF_USER_CHECK(ps.outer == qs.outer && ps.inner == qs.inner && ps.whole_axis == qs.whole_axis, e->toString(),
+                    ": between different meshes, a sharded tensor moves only with the same split on both sides; ",
+                    p->toString(), " and ", q->toString(), " split axis ", ps.axis, " differently on ", toString(pt));
       MF_USER_CHECK(p2c[ps.axis] == qs.axis && senders.size() == receivers.size(), e->toString(),
                     ": between different meshes, a sharded tensor can move only to a mesh of the same size on the ",
                     "same axis; got ", p->mesh().toString(), " axis ", ps.axis, " -> ", q->mesh().toString(), " axis ",
@@ -131,6 +134,9 @@ Communication lowerSameMeshOrMove(HostProgram& hp, Expr* e, int64_t rank) {
       for (size_t i = 0; i < senders.size(); ++i) c.pairs.emplace_back(senders[i], receivers[i]);
     } else if (p_sharded) {
       // Gather: every receiver collects every sender's shard, concatenated in mesh order.
+      MF_USER_CHECK(deviceSplit(p, pt).blocked(), e->toString(), ": gathering ", p->toString(),
+                    " onto another mesh needs one block per device along ", toString(pt),
+                    "; its split is interleaved. Gather on its own mesh first (set to a replicated tensor there)");
       c.type = CommunicationType::Gather;
       c.out_axis = p2c[shardedAxis(p, pt)];
       for (int64_t r : receivers) {
@@ -138,6 +144,9 @@ Communication lowerSameMeshOrMove(HostProgram& hp, Expr* e, int64_t rank) {
       }
     } else {
       // Scatter: the first sender holds the whole tensor and sends each receiver its block.
+      MF_USER_CHECK(deviceSplit(q, pt).blocked(), e->toString(), ": scattering onto ", q->toString(),
+                    " from another mesh needs one block per device along ", toString(pt),
+                    "; its split is interleaved. Move the whole tensor, then shard it on its mesh");
       c.type = CommunicationType::Scatter;
       c.root = senders[0];
       c.out_axis = shardedAxis(q, pt);

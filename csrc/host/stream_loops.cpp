@@ -249,7 +249,8 @@ void planStreamLoops(HostProgram& hp) {
   for (size_t ci = 0; ci < hp.communications().size(); ++ci) {
     const Communication& c = hp.communications()[ci];
     Expr* comm_expr = c.output->definition();
-    if (comm_expr == nullptr) continue;
+    // Chunks are runs of rows in global order; an interleaved split has no such runs per device.
+    if (comm_expr == nullptr || c.layout.by_index) continue;
     bool reduce = isReduction(comm_expr->op());
     Candidate cand;
     cand.reduce = reduce;

@@ -1,9 +1,10 @@
 // TensorView::rfactor: out = R(in) becomes partial = R_axes(in) and out = R_rest(partial).
 //
 // Requires: `this` is defined by a reduction, linear or matmul; `axes` name reduction loop axes.
-//   The reductions left out of `axes` are either whole logical reductions (sum/max/min only) or the
-//   outer part of an outer split (the multi-device case; it is parallelized on a mesh axis before
-//   or after rfactor, and validate_meshes checks that it was).
+//   The reductions left out of `axes` are either whole logical reductions (sum/max/min only) or a
+//   device piece of splits of one (the multi-device case: the outer part of an outer split, the
+//   inner part of an inner split, or any piece already on a mesh axis; it is parallelized on a mesh
+//   axis before or after rfactor, and validate_meshes checks that it was).
 // Guarantees: partial's root is a copy of out's logical; its logical replaces each split reduction
 //   by the split's outputs (rfactored ones stay reductions, the rest become iteration axes, marked
 //   rf); partial's loop mirrors out's loop, with iteration axes that used a parallel type now taken
@@ -60,11 +61,17 @@ TensorView* TensorView::rfactor(std::vector<int64_t> axes) {
   for (IterDomain* id : loop_) {
     if (!id->isReduction() || rfactored.count(id)) continue;
     bool whole_logical = logical_set.count(id) > 0;
-    // The outer part of an outer split may still be serial here: nvFuser's order is split, rfactor,
-    // then parallelize both sides on a mesh axis (validate_meshes checks the partial's side was).
-    bool device_outer = id->definition() && id->definition()->kind() == IdTransform::Kind::Split &&
-                        !id->definition()->innerSplit() && id->definition()->outputs()[0] == id &&
-                        logical_set.count(id->definition()->inputs()[0]);
+    // A device piece of a split logical reduction: parallelized on a mesh axis, or the outer part of
+    // an outer split or the inner part of an inner split, which may still be serial here (nvFuser's
+    // order is split, rfactor, then parallelize both sides; validate_meshes checks the partial's
+    // side was). Nested splits are fine: the partial's device axis indexes the devices' pieces.
+    bool from_splits = id->definition() != nullptr;
+    for (IterDomain* cur = id; from_splits && !logical_set.count(cur); cur = cur->definition()->inputs()[0]) {
+      from_splits = cur->definition() != nullptr && cur->definition()->kind() == IdTransform::Kind::Split;
+    }
+    IdTransform* split = id->definition();
+    bool device_outer = from_splits && (id->isDeviceDim() || (!split->innerSplit() && split->outputs()[0] == id) ||
+                                        (split->innerSplit() && split->outputs()[1] == id));
     bool contraction = isContraction(def->op());
     MF_USER_CHECK(device_outer || (whole_logical && !contraction), "rfactor: reduction axis ", id->toString(), " of ",
                   toString(), " would stay in the final reduction, but only whole logical reductions (sum/max/min) or ",

@@ -20,26 +20,22 @@ void shardProducerLikeOutput(const Expr* e, size_t input_index, size_t output_in
   if (consumer->mesh() != producer->mesh()) return;
   auto p2c = mapProducerToConsumer(e, input_index, output_index);
   const auto& c_domain = consumer->rootOrLogical();
-  for (ParallelType pt : pts) {
+  for (ParallelType pt : byDepth(consumer, pts)) {
     // The consumer loop axis with pt, reductions included on request.
     IterDomain* loop_id = nullptr;
     for (IterDomain* id : consumer->loop()) {
       if (id->parallelType() == pt && (include_reduction_dids || !id->isReduction())) loop_id = id;
     }
     if (loop_id == nullptr) continue;
-    // Trace it to the consumer's root/logical: the axis itself, or the input of an outer split.
-    int64_t c_axis = -1;
-    bool whole = false;
-    auto pos = std::find(c_domain.begin(), c_domain.end(), loop_id);
-    if (pos != c_domain.end()) {
-      c_axis = pos - c_domain.begin();
-      whole = true;
-    } else if (IdTransform* t = loop_id->definition();
-               t && t->kind() == IdTransform::Kind::Split && !t->innerSplit() && t->outputs()[0] == loop_id) {
-      auto in_pos = std::find(c_domain.begin(), c_domain.end(), t->inputs()[0]);
-      if (in_pos != c_domain.end()) c_axis = in_pos - c_domain.begin();
+    // Trace it to the consumer's root/logical through splits (any nesting: interleaved too).
+    IterDomain* root = loop_id;
+    while (root != nullptr && std::find(c_domain.begin(), c_domain.end(), root) == c_domain.end()) {
+      IdTransform* t = root->definition();
+      root = t != nullptr && t->kind() == IdTransform::Kind::Split ? t->inputs()[0] : nullptr;
     }
-    if (c_axis < 0) continue;
+    if (root == nullptr) continue;
+    DeviceSplit cs = deviceSplitOf(consumer, loop_id, c_domain);
+    int64_t c_axis = cs.axis;
     auto it = std::find(p2c.begin(), p2c.end(), c_axis);
     if (it == p2c.end()) continue;
     int64_t p_axis = it - p2c.begin();
@@ -48,7 +44,7 @@ void shardProducerLikeOutput(const Expr* e, size_t input_index, size_t output_in
     const auto& p_domain = producer->rootOrLogical();
     int64_t p_index = std::find(p_domain.begin(), p_domain.end(), p_id) - p_domain.begin();
     if (p_index >= static_cast<int64_t>(p_domain.size())) continue;
-    shardAxis(producer, p_index, pt, consumer->mesh().size(pt), whole);
+    shardAxis(producer, p_index, cs);
   }
 }
 
@@ -56,26 +52,73 @@ void shardProducerLikeOutput(const Expr* e, size_t input_index, size_t output_in
 
 bool shardAxis(TensorView* tv, int64_t axis, ParallelType pt, int64_t num_devices, bool whole_axis,
                bool beside_other_kind) {
+  DeviceSplit like;
+  like.pt = pt;
+  like.num_devices = num_devices;
+  like.whole_axis = whole_axis;
+  return shardAxis(tv, axis, like, beside_other_kind);
+}
+
+bool shardAxis(TensorView* tv, int64_t axis, const DeviceSplit& like, bool beside_other_kind) {
+  const ParallelType pt = like.pt;
+  const int64_t d = like.num_devices;
   IterDomain* id = tv->rootOrLogical().at(axis);
   for (IterDomain* other : tv->loop()) {
     if (other->parallelType() != pt) continue;
     if (!beside_other_kind || other->isReduction() == id->isReduction()) return false;
   }
-  auto it = std::find(tv->loop().begin(), tv->loop().end(), id);
-  if (it == tv->loop().end()) return false;
-  int64_t pos = it - tv->loop().begin();
-  if (whole_axis) {
-    MF_USER_CHECK(!id->extent().isConst() || id->extent().value == num_devices, tv->toString(), ": cannot shard axis ",
-                  axis, " (", id->toString(), ") as a device axis: its extent is ", id->extent().toString(),
-                  " but the mesh has ", num_devices, " devices along ", toString(pt));
+  auto in_loop = [&](const IterDomain* x) { return std::find(tv->loop().begin(), tv->loop().end(), x) != tv->loop().end(); };
+  // The axis itself, or the one part of it that other device splits leave.
+  IterDomain* target = id;
+  if (!in_loop(id)) {
+    if (like.whole_axis) return false;
+    target = nullptr;
+    int64_t parts = 0;
+    for (IterDomain* leaf : splitLeaves(tv, id)) {
+      if (leaf->isDeviceDim()) continue;
+      target = leaf;
+      ++parts;
+    }
+    if (parts != 1 || !in_loop(target)) return false;
+  }
+  int64_t pos = std::find(tv->loop().begin(), tv->loop().end(), target) - tv->loop().begin();
+  const Extent& extent = target->extent();
+  if (like.whole_axis) {
+    MF_USER_CHECK(!extent.isConst() || extent.value == d, tv->toString(), ": cannot shard axis ", axis, " (",
+                  id->toString(), ") as a device axis: its extent is ", extent.toString(), " but the mesh has ", d,
+                  " devices along ", toString(pt));
     tv->parallelize(pos, pt);
     return true;
   }
-  MF_USER_CHECK(!id->extent().isConst() || id->extent().value % num_devices == 0, tv->toString(),
-                ": sharding propagates to axis ", axis, " (", id->toString(), ") whose extent ", id->extent().value,
-                " is not divisible by the ", num_devices, " devices along ", toString(pt));
-  tv->split(pos, num_devices, /*inner_split=*/false);
-  tv->parallelize(pos, pt);
+  // Nested in another device split, an indivisible part means this layout does not fit here.
+  if (target != id && extent.isConst()) {
+    int64_t need = like.outer == 1 ? d : like.outer != DeviceSplit::kRest ? like.outer * d : like.inner * d;
+    if (extent.value % need != 0) return false;
+  }
+  auto check_divides = [&](int64_t n) {
+    MF_USER_CHECK(!extent.isConst() || extent.value % n == 0, tv->toString(), ": sharding propagates to axis ", axis,
+                  " (", target->toString(), ") whose extent ", extent.value, " is not divisible by ",
+                  n == d ? "the " : std::to_string(n) + ", ", d, " devices along ", toString(pt));
+  };
+  if (like.outer == 1) {  // [d, rest]
+    check_divides(d);
+    tv->split(pos, d, /*inner_split=*/false);
+    tv->parallelize(pos, pt);
+  } else if (like.outer != DeviceSplit::kRest) {  // [outer, d, rest]
+    check_divides(like.outer * d);
+    tv->split(pos, like.outer, /*inner_split=*/false);
+    tv->split(pos + 1, d, /*inner_split=*/false);
+    tv->parallelize(pos + 1, pt);
+  } else if (like.inner == 1) {  // [rest, d]
+    check_divides(d);
+    tv->split(pos, d, /*inner_split=*/true);
+    tv->parallelize(pos + 1, pt);
+  } else {  // [rest, d, inner]
+    check_divides(like.inner * d);
+    tv->split(pos, like.inner, /*inner_split=*/true);
+    tv->split(pos, d, /*inner_split=*/true);
+    tv->parallelize(pos + 1, pt);
+  }
   return true;
 }
 
@@ -92,12 +135,12 @@ void shardConsumerLikeProducer(const Expr* e, size_t input_index, const std::vec
     TensorView* consumer = e->outTensor(o);
     if (kept(consumer) || consumer->mesh() != producer->mesh()) continue;
     auto p2c = mapProducerToConsumer(e, input_index, o);
-    for (ParallelType pt : pts) {
+    for (ParallelType pt : byDepth(producer, pts)) {
       if (shardedLoopId(producer, pt) == nullptr) continue;
       DeviceSplit s = deviceSplit(producer, pt);
       int64_t c = p2c[s.axis];
       if (c < 0) continue;
-      shardAxis(consumer, c, pt, s.num_devices, s.whole_axis);
+      shardAxis(consumer, c, s);
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ir/nodes.h"
+#include "multidevice/sharding.h"
 
 namespace mf {
 
@@ -16,6 +17,10 @@ namespace mf {
 // does not block it: a ReduceScatter's result is reduced over pt and sharded on pt at once.
 bool shardAxis(TensorView* tv, int64_t axis, ParallelType pt, int64_t num_devices, bool whole_axis,
                bool beside_other_kind = false);
+// The same with the layout of `like` (another tensor's split of pt, possibly interleaved): the
+// axis, or the one part of it that other device splits leave, is split so that, seen without the
+// other device parts, it is [like.outer, num_devices, like.inner].
+bool shardAxis(TensorView* tv, int64_t axis, const DeviceSplit& like, bool beside_other_kind = false);
 
 // Copies the producer's (input `input_index` of e) shardings for `pts` onto e's outputs (those
 // that hold input data), leaving the outputs in `keep` as they are. Sets an output's mesh from the

@@ -1,6 +1,8 @@
 #include "multidevice/sharding.h"
 
 #include <algorithm>
+#include <map>
+#include <set>
 
 #include "ir/domain_map.h"
 #include "support/error.h"
@@ -21,33 +23,204 @@ bool isSharded(const TensorView* tv) {
   return false;
 }
 
-DeviceSplit deviceSplit(const TensorView* tv, ParallelType pt, bool to_root) {
-  DeviceSplit s;
-  s.pt = pt;
-  s.loop_id = shardedLoopId(tv, pt);
-  MF_CHECK(s.loop_id != nullptr, tv->toString(), " is not sharded on ", toString(pt));
-  s.num_devices = tv->mesh().size(pt);
-  const std::vector<IterDomain*> domain = to_root ? tv->rootOrLogical() : tv->logicalNoReductions();
-  auto index_in = [&](const IterDomain* id) {
-    auto it = std::find(domain.begin(), domain.end(), id);
-    return it == domain.end() ? -1 : static_cast<int64_t>(it - domain.begin());
-  };
-  IterDomain* id = s.loop_id;
-  if (index_in(id) >= 0) {
-    s.axis = index_in(id);
-    s.whole_axis = true;
-    return s;
+namespace {
+
+// Every split between tv's loop (and allocation) domain and its roots, keyed by the axis it splits.
+std::map<const IterDomain*, const IdTransform*> splitsByInput(const TensorView* tv) {
+  std::map<const IterDomain*, const IdTransform*> splits;
+  std::vector<const IterDomain*> todo(tv->loop().begin(), tv->loop().end());
+  if (tv->hasAllocation()) todo.insert(todo.end(), tv->allocation().begin(), tv->allocation().end());
+  std::set<const IdTransform*> seen;
+  while (!todo.empty()) {
+    const IterDomain* id = todo.back();
+    todo.pop_back();
+    const IdTransform* t = id->definition();
+    if (t == nullptr || !seen.insert(t).second) continue;
+    if (t->kind() == IdTransform::Kind::Split) splits[t->inputs()[0]] = t;
+    todo.insert(todo.end(), t->inputs().begin(), t->inputs().end());
   }
-  IdTransform* t = id->definition();
-  MF_USER_CHECK(t != nullptr && t->kind() == IdTransform::Kind::Split && !t->innerSplit() && t->outputs()[0] == id,
-                tv->toString(), ": ", toString(pt), " is on ", id->toString(),
-                ", which is not the outer output of an outer split; shard an axis with "
-                "split(axis, num_devices, inner_split=False) and parallelize the outer part");
-  s.axis = index_in(t->inputs()[0]);
-  MF_USER_CHECK(s.axis >= 0, tv->toString(), ": ", toString(pt), " is on ", id->toString(),
-                ", which splits an axis that is itself a split or merge; only one outer split of a logical axis ",
-                "can be sharded in this version");
+  return splits;
+}
+
+void expandLeaves(const std::map<const IterDomain*, const IdTransform*>& splits, IterDomain* id,
+                  std::vector<IterDomain*>& leaves) {
+  auto it = splits.find(id);
+  if (it == splits.end()) {
+    leaves.push_back(id);
+    return;
+  }
+  for (IterDomain* o : it->second->outputs()) expandLeaves(splits, o, leaves);
+}
+
+// Runtime extents of the split tree below a root of extent `extent`, leaves in row-major order.
+// Returns what does not fit (a split that does not divide, a device piece not as long as the
+// mesh), or "".
+std::string leafExtents(const TensorView* tv, const std::map<const IterDomain*, const IdTransform*>& splits,
+                        IterDomain* id, int64_t extent, std::vector<std::pair<IterDomain*, int64_t>>& leaves) {
+  auto it = splits.find(id);
+  if (it == splits.end()) {
+    if (id->isDeviceDim() && !id->isReduction() && extent != tv->mesh().size(id->parallelType())) {
+      ParallelType pt = id->parallelType();
+      return str(tv->toString(), ": ", toString(pt), " is on ", id->toString(), ", whose extent is ", extent,
+                 " here, but the mesh has ", tv->mesh().size(pt), " devices along ", toString(pt));
+    }
+    leaves.emplace_back(id, extent);
+    return "";
+  }
+  const IdTransform* t = it->second;
+  int64_t f = t->factor();
+  if (f <= 0 || extent % f != 0) {
+    return str(tv->toString(), ": ", id->toString(), " has extent ", extent, ", which the split ", t->toString(),
+               " does not divide evenly; uneven sharding is not supported");
+  }
+  int64_t rest = extent / f;
+  std::string error = leafExtents(tv, splits, t->outputs()[0], t->innerSplit() ? rest : f, leaves);
+  return error.empty() ? leafExtents(tv, splits, t->outputs()[1], t->innerSplit() ? f : rest, leaves) : error;
+}
+
+int64_t indexIn(const std::vector<IterDomain*>& domain, const IterDomain* id) {
+  auto it = std::find(domain.begin(), domain.end(), id);
+  return it == domain.end() ? -1 : static_cast<int64_t>(it - domain.begin());
+}
+
+// The axis of `domain` that `id` comes from through splits only; a user error through a merge.
+IterDomain* splitRoot(const TensorView* tv, IterDomain* id, const std::vector<IterDomain*>& domain) {
+  IterDomain* root = id;
+  while (indexIn(domain, root) < 0) {
+    IdTransform* t = root->definition();
+    MF_USER_CHECK(t != nullptr && t->kind() == IdTransform::Kind::Split, tv->toString(), ": ",
+                  toString(id->parallelType()), " is on ", id->toString(),
+                  ", which comes from a merge of axes; a device axis must come from splits of one logical axis");
+    root = t->inputs()[0];
+  }
+  return root;
+}
+
+}  // namespace
+
+std::vector<IterDomain*> splitLeaves(const TensorView* tv, IterDomain* root) {
+  std::vector<IterDomain*> leaves;
+  expandLeaves(splitsByInput(tv), root, leaves);
+  return leaves;
+}
+
+DeviceSplit deviceSplitOf(const TensorView* tv, IterDomain* loop_id, const std::vector<IterDomain*>& domain) {
+  DeviceSplit s;
+  s.pt = loop_id->parallelType();
+  s.loop_id = loop_id;
+  s.num_devices = tv->mesh().size(s.pt);
+  MF_USER_CHECK(!loop_id->extent().isConst() || loop_id->extent().value == s.num_devices, tv->toString(), ": ",
+                toString(s.pt), " is on ", loop_id->toString(), " of extent ", loop_id->extent().value,
+                ", but the mesh has ", s.num_devices, " devices along ", toString(s.pt));
+  IterDomain* root = splitRoot(tv, loop_id, domain);
+  s.axis = indexIn(domain, root);
+  s.whole_axis = root == loop_id;
+  if (s.whole_axis) return s;
+  std::vector<IterDomain*> leaves = splitLeaves(tv, root);
+  int64_t at = indexIn(leaves, loop_id);
+  MF_CHECK(at >= 0, tv->toString(), ": ", loop_id->toString(), " is not a leaf of the splits of ", root->toString());
+  // Products of the other non-device leaves before and after the device leaf (kRest if symbolic).
+  auto product = [&](int64_t from, int64_t to) {
+    int64_t p = 1;
+    for (int64_t i = from; i < to; ++i) {
+      const IterDomain* leaf = leaves[static_cast<size_t>(i)];
+      if (leaf->isDeviceDim()) continue;
+      if (!leaf->extent().isConst()) return DeviceSplit::kRest;
+      p *= leaf->extent().value;
+    }
+    return p;
+  };
+  s.outer = product(0, at);
+  s.inner = product(at + 1, static_cast<int64_t>(leaves.size()));
+  // The signature: runs of non-device leaves multiplied out, extents of 1 dropped.
+  std::string run;
+  int64_t run_product = 1;
+  bool run_symbolic = false;
+  auto flush = [&]() {
+    if (run_symbolic) {
+      run += "?";
+    } else if (run_product != 1) {
+      run += std::to_string(run_product);
+    }
+    if (run_symbolic || run_product != 1) run += ",";
+    s.signature += run;
+    run.clear();
+    run_product = 1;
+    run_symbolic = false;
+  };
+  for (int64_t i = 0; i <= at; ++i) {
+    const IterDomain* leaf = leaves[static_cast<size_t>(i)];
+    if (leaf->isDeviceDim()) {
+      flush();
+      s.signature += std::string(toString(leaf->parallelType())) + ",";
+      s.depth += i < at;
+    } else if (leaf->extent().isConst()) {
+      run_product *= leaf->extent().value;
+    } else {
+      run_symbolic = true;
+    }
+  }
+  // After the device leaf: the rest of the axis, which the inner product pins down when the outer
+  // part is symbolic.
+  if (s.outer == DeviceSplit::kRest) s.signature += "|" + std::to_string(s.inner);
+  MF_USER_CHECK(s.outer != DeviceSplit::kRest || s.inner != DeviceSplit::kRest, tv->toString(), ": ", toString(s.pt),
+                " on ", loop_id->toString(), " has symbolic extents on both sides; split by constant factors");
+  if (s.outer != DeviceSplit::kRest) s.inner = DeviceSplit::kRest;  // one canonical form: inner follows
   return s;
+}
+
+DeviceSplit deviceSplit(const TensorView* tv, ParallelType pt, bool to_root) {
+  IterDomain* loop_id = shardedLoopId(tv, pt);
+  MF_CHECK(loop_id != nullptr, tv->toString(), " is not sharded on ", toString(pt));
+  return deviceSplitOf(tv, loop_id, to_root ? tv->rootOrLogical() : tv->logicalNoReductions());
+}
+
+std::vector<int64_t> axisPositions(const TensorView* tv, int64_t axis, int64_t global_extent,
+                                   const std::function<int64_t(ParallelType)>& index_of) {
+  IterDomain* root = tv->logicalNoReductions().at(static_cast<size_t>(axis));
+  std::vector<std::pair<IterDomain*, int64_t>> leaves;
+  std::string error = leafExtents(tv, splitsByInput(tv), root, global_extent, leaves);
+  MF_USER_CHECK(error.empty(), error);
+  std::vector<int64_t> positions = {0};
+  for (auto [leaf, extent] : leaves) {
+    int64_t fixed = -1;
+    if (leaf->isDeviceDim() && !leaf->isReduction()) {
+      fixed = index_of(leaf->parallelType());
+    }
+    std::vector<int64_t> next;
+    next.reserve(positions.size() * static_cast<size_t>(fixed >= 0 ? 1 : extent));
+    for (int64_t p : positions) {
+      if (fixed >= 0) {
+        next.push_back(p * extent + fixed);
+      } else {
+        for (int64_t c = 0; c < extent; ++c) next.push_back(p * extent + c);
+      }
+    }
+    positions = std::move(next);
+  }
+  return positions;
+}
+
+std::vector<ParallelType> byDepth(const TensorView* tv, std::vector<ParallelType> pts) {
+  auto depth = [&](ParallelType pt) {
+    return tv->hasMesh() && shardedLoopId(tv, pt) != nullptr ? deviceSplit(tv, pt).depth : int64_t{1} << 20;
+  };
+  std::stable_sort(pts.begin(), pts.end(), [&](ParallelType a, ParallelType b) { return depth(a) < depth(b); });
+  return pts;
+}
+
+std::string unevenSplit(const TensorView* tv, int64_t axis, int64_t global_extent) {
+  std::vector<std::pair<IterDomain*, int64_t>> leaves;
+  return leafExtents(tv, splitsByInput(tv), tv->logicalNoReductions().at(static_cast<size_t>(axis)), global_extent,
+                     leaves);
+}
+
+bool allSplitsBlocked(const TensorView* tv) {
+  if (!tv->hasMesh()) return true;
+  for (ParallelType pt : kDeviceParallelTypes) {
+    if (shardedLoopId(tv, pt) != nullptr && !deviceSplit(tv, pt).blocked()) return false;
+  }
+  return true;
 }
 
 int64_t shardedAxis(const TensorView* tv, ParallelType pt) {
@@ -62,17 +235,10 @@ std::vector<int64_t> shardsPerAxis(const TensorView* tv) {
     // The allocation domain finalize_allocation wrote: each device axis in it divides the logical
     // axis it came from (or is that axis, for a logical split).
     auto logical = tv->logicalNoReductions();
-    for (const IterDomain* id : tv->allocation()) {
+    for (IterDomain* id : tv->allocation()) {
       if (!id->isDeviceDim() || id->isReduction()) continue;
-      const IterDomain* source = id;
-      if (std::find(logical.begin(), logical.end(), id) == logical.end()) {
-        MF_CHECK(id->definition() != nullptr && id->definition()->kind() == IdTransform::Kind::Split, tv->toString(),
-                 ": allocation axis ", id->toString(), " is not a split of a logical axis");
-        source = id->definition()->inputs()[0];
-      }
-      auto it = std::find(logical.begin(), logical.end(), source);
-      MF_CHECK(it != logical.end(), tv->toString(), ": allocation axis ", id->toString(), " does not come from a logical axis");
-      shards[it - logical.begin()] *= tv->mesh().size(id->parallelType());
+      const IterDomain* source = splitRoot(tv, id, logical);
+      shards[static_cast<size_t>(indexIn(logical, source))] *= tv->mesh().size(id->parallelType());
     }
     return shards;
   }
@@ -97,6 +263,10 @@ std::vector<int64_t> localShape(const TensorView* tv, const std::vector<int64_t>
       MF_USER_CHECK(local[a] % shards[a] == 0, tv->toString(), ": axis ", a, " has global extent ", local[a],
                     ", which does not divide evenly into ", shards[a], " shards; uneven sharding is not supported yet");
       local[a] /= shards[a];
+      // Every split must divide, and a device leaf must be as long as the mesh (a DID on the
+      // remainder of a split by 2 needs a global extent of twice the devices).
+      std::string error = unevenSplit(tv, static_cast<int64_t>(a), global_shape[a]);
+      MF_USER_CHECK(error.empty(), error);
     }
   }
   return local;

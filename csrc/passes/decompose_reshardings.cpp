@@ -13,7 +13,9 @@
 //   3. inserts sets: after an op with one tensor input (the op runs on the input's sharding), after
 //      an op whose output is sharded on an axis no input maps to (cat's axis: a local slice),
 //      before each input of an n-ary op whose sharding differs from what the op needs;
-//   4. splits a set that changes several mesh axes into a chain of sets changing one each.
+//   4. splits a set that changes several mesh axes into a chain of sets changing one each, and a
+//      set that changes how one mesh axis splits the same axis (blocks <-> interleaved) into a
+//      gather and a slice.
 //   An op of several outputs (attention) first gets, for each output sharded otherwise than its
 //   inputs make it, a fresh output sharded as the inputs make it plus a set into the original;
 //   then its inputs are resharded before it as in 3.
@@ -67,20 +69,12 @@ void dropReductions(TensorView* tv) {
 // Copies src's device shardings (reduction DIDs too, beside iteration DIDs of the same type) onto
 // dst, which has src's logical layout.
 void copyShardings(const TensorView* src, TensorView* dst) {
+  std::vector<DeviceSplit> splits;
   for (IterDomain* id : src->loop()) {
-    if (!id->isDeviceDim()) continue;
-    const auto& logical = src->logical();
-    auto pos = std::find(logical.begin(), logical.end(), id);
-    if (pos != logical.end()) {
-      shardAxis(dst, pos - logical.begin(), id->parallelType(), src->mesh().size(id->parallelType()), true, true);
-      continue;
-    }
-    IdTransform* t = id->definition();
-    if (t == nullptr || t->kind() != IdTransform::Kind::Split) continue;
-    auto in = std::find(logical.begin(), logical.end(), t->inputs()[0]);
-    if (in == logical.end()) continue;
-    shardAxis(dst, in - logical.begin(), id->parallelType(), src->mesh().size(id->parallelType()), false, true);
+    if (id->isDeviceDim()) splits.push_back(deviceSplitOf(src, id, src->logical()));
   }
+  std::stable_sort(splits.begin(), splits.end(), [](const DeviceSplit& a, const DeviceSplit& b) { return a.depth < b.depth; });
+  for (const DeviceSplit& s : splits) shardAxis(dst, s.axis, s, /*beside_other_kind=*/true);
 }
 
 // Whether a and b (same logical layout) are split across devices alike.
@@ -189,8 +183,7 @@ bool reshardBefore(Fusion& f, Expr* e) {
 // dst cannot take it (the axis already carries another device split).
 bool copyShardingOf(const TensorView* src, TensorView* dst, ParallelType pt) {
   if (shardedLoopId(src, pt) == nullptr) return true;
-  DeviceSplit s = deviceSplit(src, pt);
-  return shardAxis(dst, s.axis, pt, s.num_devices, s.whole_axis);
+  return shardAxis(dst, deviceSplit(src, pt).axis, deviceSplit(src, pt));
 }
 
 // 3c. An op that cannot run on its input's sharding and whose output is sharded on an axis no input
@@ -213,7 +206,7 @@ bool reshardFreshAxesAfter(Fusion& f, Expr* e) {
   }
   if (fresh.empty()) return false;
   TensorView* t = newTensorLike(out);
-  for (ParallelType pt : kDeviceParallelTypes) {
+  for (ParallelType pt : byDepth(out, kAllDids)) {
     if (std::find(fresh.begin(), fresh.end(), pt) == fresh.end()) copyShardingOf(out, t, pt);
   }
   std::vector<Val*> inputs = e->inputs();
@@ -242,10 +235,20 @@ bool chainSets(Fusion& f, Expr* e, std::vector<ParallelType> changed) {
     bool ok = true;
     for (size_t k = 0; k < states.size() && ok; ++k) {
       TensorView* t = newTensorLike(in);
+      // Each type from its source, outer device splits first (so nested splits keep their order).
+      std::vector<std::pair<int64_t, ParallelType>> order;
       for (ParallelType pt : kDeviceParallelTypes) {
         auto it = std::find(changed.begin(), changed.end(), pt);
         From from = it == changed.end() ? From::Producer : states[k][it - changed.begin()];
         if (from == From::Nowhere) continue;
+        const TensorView* src = from == From::Producer ? in : out;
+        int64_t depth = shardedLoopId(src, pt) != nullptr ? deviceSplit(src, pt).depth : 0;
+        order.emplace_back(depth, pt);
+      }
+      std::stable_sort(order.begin(), order.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+      for (auto [depth, pt] : order) {
+        auto it = std::find(changed.begin(), changed.end(), pt);
+        From from = it == changed.end() ? From::Producer : states[k][it - changed.begin()];
         const TensorView* src = from == From::Producer ? in : out;
         ok &= copyShardingOf(src, t, pt) && (shardedLoopId(src, pt) == nullptr) == (shardedLoopId(t, pt) == nullptr);
       }
@@ -302,10 +305,10 @@ TensorView* outputAsInputsShardIt(const Expr* e, size_t o) {
     auto* in = static_cast<TensorView*>(e->input(i));
     if (!in->hasMesh() || in->mesh() != t->mesh()) continue;
     auto p2c = mapProducerToConsumer(e, i, o);
-    for (ParallelType pt : kDeviceParallelTypes) {
+    for (ParallelType pt : byDepth(in, kAllDids)) {
       if (shardedLoopId(in, pt) == nullptr) continue;
       DeviceSplit s = deviceSplit(in, pt);
-      if (p2c[s.axis] >= 0) shardAxis(t, p2c[s.axis], pt, s.num_devices, s.whole_axis);
+      if (p2c[s.axis] >= 0) shardAxis(t, p2c[s.axis], s);
     }
   }
   return t;
@@ -332,12 +335,32 @@ bool reshardOutputsAfter(Fusion& f, Expr* e) {
   return true;
 }
 
+// 4b. A set that changes only how pt splits one axis (one block per device into interleaved, say):
+// no collective maps one onto the other, so gather along pt, then slice (a view).
+bool gatherThenSlice(Fusion& f, Expr* e, ParallelType pt) {
+  auto* in = static_cast<TensorView*>(e->input(0));
+  TensorView* out = e->out();
+  if (e->op() != OpType::Set || in->mesh() != out->mesh()) return false;
+  if (shardedLoopId(in, pt) == nullptr || shardedLoopId(out, pt) == nullptr) return false;
+  DeviceSplit ps = deviceSplit(in, pt), qs = deviceSplit(out, pt);
+  if (mapProducerToConsumer(e, 0)[ps.axis] != qs.axis) return false;
+  TensorView* gathered = newTensorLike(in);
+  for (ParallelType other : byDepth(in, kAllDids)) {
+    if (other != pt) copyShardingOf(in, gathered, other);
+  }
+  f.unlink(e);
+  f.newExpr(OpType::Set, {in}, {gathered});
+  f.newExpr(OpType::Set, {gathered}, {out});
+  return true;
+}
+
 bool decomposeOne(Fusion& f, Expr* e) {
   if (pullBiasAfterReduction(f, e)) return true;
   if (rfactorDeviceReduction(e)) return true;
   if (!isResharding(e)) return false;
   if (e->op() == OpType::Set || isDeviceReduction(e)) {
     auto changed = reshardedTypes(e, 0);
+    if (changed.size() == 1 && gatherThenSlice(f, e, changed[0])) return true;
     if (changed.size() <= 1) return false;
     MF_USER_CHECK(e->op() == OpType::Set && chainSets(f, e, changed), e->toString(), ": ", e->out()->toString(),
                   " changes ", changed.size(), " device parallel types at once and cannot be split into one ",

@@ -35,7 +35,7 @@ ParallelType partialType(const Expr* e) {
   for (ParallelType pt : kDeviceParallelTypes) {
     if (shardedLoopId(table, pt) == nullptr || shardedLoopId(indices, pt) != nullptr) continue;
     DeviceSplit s = deviceSplit(table, pt);
-    if (s.axis != 0 || s.whole_axis) continue;
+    if (s.axis != 0 || s.whole_axis || !s.blocked()) continue;  // the masked lookup needs row blocks
     // Bytes per device, up to the same (d-1)/d: an Allreduce moves about twice the output, a
     // ReduceScatter (the output sharded on pt) once; making the table whole moves the table.
     int64_t out_elements = staticNumel(out), table_elements = staticNumel(table);

@@ -70,7 +70,7 @@ void addReductionSplitIfCheaper(Expr* e, ParallelType pt) {
     if (id->parallelType() == pt && id->isReduction()) return;
   }
   int64_t k_axis = -1;
-  bool whole = false;
+  DeviceSplit like;
   int64_t operand_elements = 0;
   bool symbolic = false;
   for (size_t i = 0; i < e->inputs().size(); ++i) {
@@ -82,7 +82,7 @@ void addReductionSplitIfCheaper(Expr* e, ParallelType pt) {
     if (c < 0 || !out->rootOrLogical()[c]->isReduction()) continue;
     if (k_axis >= 0 && k_axis != c) return;
     k_axis = c;
-    whole = s.whole_axis;
+    like = s;
     int64_t n = staticNumel(in);
     symbolic |= n < 0;
     operand_elements += std::max<int64_t>(n, 0);
@@ -91,7 +91,7 @@ void addReductionSplitIfCheaper(Expr* e, ParallelType pt) {
   int64_t out_elements = staticNumel(out);
   bool scattered = shardedLoopId(out, pt) != nullptr;
   bool cheaper = symbolic || out_elements < 0 || (scattered ? 1 : 2) * out_elements <= operand_elements;
-  if (cheaper) shardAxis(out, k_axis, pt, out->mesh().size(pt), whole, /*beside_other_kind=*/true);
+  if (cheaper) shardAxis(out, k_axis, like, /*beside_other_kind=*/true);
 }
 
 class PropagateShardingsPass : public Pass {

@@ -163,9 +163,7 @@ at::Tensor uniform(const Expr* e, const std::vector<RuntimeValue>& in, const Ext
                 high, ") must be finite with low <= high");
   int64_t seed = rngWord(e, in[2], "rng_seed"), offset = rngWord(e, in[3], "rng_offset");
   std::vector<int64_t> global = globalShape(out, bindings);
-  std::vector<int64_t> local = localShape(out, global);
-  at::Tensor indices = globalIndices(global, local, shardStart(out, context.rank, local),
-                                     at::TensorOptions().device(context.device));
+  at::Tensor indices = shardGlobalIndices(out, context.rank, global, at::TensorOptions().device(context.device));
   return counterUniform(indices, low, high, seed, offset, toAten(out->dtype()));
 }
 

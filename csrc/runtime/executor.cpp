@@ -157,7 +157,11 @@ std::string FusionExecutor::checkRunnable(const std::vector<RuntimeValue>& input
       std::optional<int64_t> extent = evaluateExtent(f, ids[a]->extent(), bindings);
       if (!extent) continue;
       int64_t global = *extent;
-      if (global % shards[a] == 0) continue;
+      if (global % shards[a] == 0) {
+        std::string uneven = unevenSplit(tv, static_cast<int64_t>(a), global);  // nested splits must divide too
+        if (uneven.empty()) continue;
+        return uneven;
+      }
       std::string role = "tensor";
       for (size_t k = 0; k < f.inputs().size(); ++k) {
         if (f.inputs()[k] == tv) role = mf::str("input ", k);

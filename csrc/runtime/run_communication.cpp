@@ -4,6 +4,7 @@
 #include "multidevice/communicator.h"
 #include "multidevice/sharding.h"
 #include "runtime/executor.h"
+#include "runtime/interleaved_blocks.h"
 #include "support/error.h"
 
 namespace mf {
@@ -85,6 +86,12 @@ void FusionExecutor::runCommunication(const Communication& c, std::unordered_map
       MF_USER_CHECK(x.size(axis) % n == 0, "execute: ", c.output->toString(), " axis ", axis, ": extent ",
                     x.size(axis), " does not split evenly over ", n, " devices; uneven sharding is not supported");
       int64_t len = x.size(axis) / n;
+      if (c.layout.by_index) {
+        at::Tensor index = teamIndex({c.output, axis, c.output, axis, c.pt}, rank, n, bindings, x.device());
+        at::Tensor mine = x.index_select(axis, index.narrow(0, me * len, len));
+        finish([mine] { return mine; });
+        return;
+      }
       at::Tensor slice = x.narrow(axis, me * len, len);
       finish([slice] { return slice; });
       return;
@@ -100,12 +107,22 @@ void FusionExecutor::runCommunication(const Communication& c, std::unordered_map
       at::Tensor buf = at::empty(buf_shape, x.options());
       work = comm.allgather(c.team, buf, x);
       int64_t axis = c.layout.recv_merge_axis;
+      if (c.layout.by_index) {
+        at::Tensor index =
+            teamIndex({c.input, shardedAxis(c.input, c.pt), c.output, axis, c.pt}, rank, n, bindings, x.device());
+        finish([buf, axis, index] { return mergeMembersByIndex(buf, axis, index); });
+        return;
+      }
       finish([buf, axis] { return mergeBlocks(buf, axis); });
       return;
     }
     case CommunicationType::ReduceScatter: {
       at::Tensor x = input().squeeze(c.layout.drop_axis);
-      at::Tensor send = blocksOutermost(x, c.layout.send_blocks_axis, n);
+      const int64_t axis = c.layout.send_blocks_axis;
+      at::Tensor send =
+          c.layout.by_index
+              ? memberBlocksByIndex(x, axis, teamIndex({c.output, axis, c.output, axis, c.pt}, rank, n, bindings, x.device()), n)
+              : blocksOutermost(x, axis, n);
       std::vector<int64_t> out_shape(send.sizes().begin() + 1, send.sizes().end());
       at::Tensor buf = at::empty(out_shape, x.options());
       if (solo) {
@@ -129,12 +146,21 @@ void FusionExecutor::runCommunication(const Communication& c, std::unordered_map
     }
     case CommunicationType::AllToAll: {
       at::Tensor x = input();
-      at::Tensor send = blocksOutermost(x, c.layout.send_blocks_axis, n);
+      const int64_t send_axis = c.layout.send_blocks_axis, merge_axis = c.layout.recv_merge_axis;
+      at::Tensor send =
+          c.layout.by_index
+              ? memberBlocksByIndex(x, send_axis,
+                                    teamIndex({c.output, send_axis, c.input, send_axis, c.pt}, rank, n, bindings, x.device()), n)
+              : blocksOutermost(x, send_axis, n);
       at::Tensor recv = at::empty_like(send);
       if (!solo) work = comm.allToAll(c.team, recv, send);
       else recv.copy_(send);
       // recv[j] is team member j's block of our out_axis slice; member j held block j of in_axis.
-      int64_t merge_axis = c.layout.recv_merge_axis;
+      if (c.layout.by_index) {
+        at::Tensor index = teamIndex({c.input, merge_axis, c.output, merge_axis, c.pt}, rank, n, bindings, x.device());
+        finish([recv, merge_axis, index] { return mergeMembersByIndex(recv, merge_axis, index); });
+        return;
+      }
       finish([recv, merge_axis] { return mergeBlocks(recv, merge_axis); });
       return;
     }

@@ -52,15 +52,32 @@ float roundedBound(double v, at::ScalarType dtype) {
 
 }  // namespace
 
-at::Tensor globalIndices(const std::vector<int64_t>& global_shape, const std::vector<int64_t>& local_shape,
-                         const std::vector<int64_t>& start, const at::TensorOptions& options) {
+at::Tensor shardGlobalIndices(const TensorView* tv, int64_t rank, const std::vector<int64_t>& global_shape,
+                              const at::TensorOptions& options) {
   at::TensorOptions opts = options.dtype(at::kLong);
-  at::Tensor index = at::zeros(local_shape, opts);
+  const bool on_mesh = tv->hasMesh() && tv->mesh().has(rank);
+  std::vector<int64_t> coords = on_mesh ? tv->mesh().coordinatesOf(rank) : std::vector<int64_t>{};
+  std::vector<int64_t> shards = shardsPerAxis(tv);
+  const size_t dims = global_shape.size();
+  std::vector<at::Tensor> positions(dims);
+  std::vector<int64_t> local(dims);
+  for (size_t a = 0; a < dims; ++a) {
+    if (shards[a] == 1 || !on_mesh) {
+      positions[a] = at::arange(global_shape[a] / (on_mesh ? 1 : shards[a]), opts);
+    } else {
+      std::vector<int64_t> p = axisPositions(tv, static_cast<int64_t>(a), global_shape[a], [&](ParallelType pt) {
+        return coords.at(static_cast<size_t>(tv->mesh().axisOf(pt)));
+      });
+      positions[a] = at::tensor(p, at::TensorOptions().dtype(at::kLong)).to(opts.device());
+    }
+    local[a] = positions[a].numel();
+  }
+  at::Tensor index = at::zeros(local, opts);
   int64_t stride = 1;
-  for (size_t a = global_shape.size(); a-- > 0;) {
-    std::vector<int64_t> view(local_shape.size(), 1);
-    view[a] = local_shape[a];
-    index.add_(at::arange(start[a], start[a] + local_shape[a], opts).mul_(stride).view(view));
+  for (size_t a = dims; a-- > 0;) {
+    std::vector<int64_t> view(dims, 1);
+    view[a] = local[a];
+    index.add_(positions[a].mul(stride).view(view));
     stride *= global_shape[a];
   }
   return index;

@@ -13,11 +13,10 @@
 
 namespace mf {
 
-// Global row-major indices of the local shard of an output of global shape `global_shape` whose
-// axis a starts at global index `start[a]` and has `local_shape[a]` elements here (int64 tensor
-// of the local shape).
-at::Tensor globalIndices(const std::vector<int64_t>& global_shape, const std::vector<int64_t>& local_shape,
-                         const std::vector<int64_t>& start, const at::TensorOptions& options);
+// Global row-major indices of the elements `rank` holds of `tv` (global shape `global_shape`),
+// for any device split (blocked or interleaved), as an int64 tensor of the local shape.
+at::Tensor shardGlobalIndices(const TensorView* tv, int64_t rank, const std::vector<int64_t>& global_shape,
+                              const at::TensorOptions& options);
 
 // Per runtime axis of `tv`, the global index of the first element `rank` holds (0 where the axis
 // is not sharded): the rank's mesh coordinate times the local extent, for every device split.

@@ -270,6 +270,10 @@ def _expected_placements(i, tv, dt):
             f"input {i}: the fusion input T{tv.name} is on the mesh "
             f"of ranks {list(want[0])} with shape {list(want[1])}; the DTensor is on ranks {list(got[0])} with "
             f"shape {list(got[1])}")
+    if not tv.splits_are_blocked():
+        raise _C.ArgumentError(
+            f"input {i}: the fusion input T{tv.name} is split interleaved across devices (a device axis that is "
+            f"not the outermost part of its axis); a DTensor Shard placement holds one block per device")
     expected = []
     for mesh_dim in range(k):
         axis = tv.sharded_axis(_parallel_type(mesh_dim, k))

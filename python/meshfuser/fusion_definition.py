@@ -405,16 +405,13 @@ def shard_tensor(t, tv, rank=None):
     from .distributed import Communicator
     if rank is None:
         rank = Communicator.instance().rank()
-    mesh = tv.device_mesh
     if not tv.has_device_mesh():
         return t
-    coords = mesh.coordinates_of(rank) if mesh.linear_index_of(rank) >= 0 else [0] * len(mesh.shape)
-    for pt, offset in ((ParallelType.mesh_x, 1), (ParallelType.mesh_y, 2), (ParallelType.mesh_z, 3)):
-        axis = tv.sharded_axis(pt) if len(mesh.shape) >= offset else -1
-        if axis < 0:
-            continue
-        n = mesh.size_of(pt)
-        index = coords[len(mesh.shape) - offset]
-        t = t.chunk(n, dim=axis)[index]
+    import torch
+    for axis in range(t.dim()):
+        # Global positions this rank holds along the axis (any nesting of splits, inner ones too).
+        positions = tv.shard_positions(axis, t.size(axis), rank)
+        if positions is not None:
+            t = t.index_select(axis, torch.tensor(positions, dtype=torch.long, device=t.device))
     return t.contiguous()
 

@@ -371,13 +371,6 @@ def _single_tensor(shape, schedule, contiguity=None):
     return tv
 
 
-# meshfuser shards a logical axis only through one outer split with the device axis outermost
-# (DESIGN.md 4, as nvFuser's runtime does); nvFuser's shard_tensor helper accepts more. Clear error.
-_SPLIT_OF_SPLIT = pytest.mark.xfail(strict=True, raises=meshfuser.Error, reason=(
-    "meshfuser shards only the outer output of one outer split of a logical axis (DESIGN.md 4)"))
-
-
-@_SPLIT_OF_SPLIT
 def test_shard_tensor_inner_split(multidevice_test):
     d, rank = multidevice_test.size, multidevice_test.rank
 
@@ -391,7 +384,6 @@ def test_shard_tensor_inner_split(multidevice_test):
     torch.testing.assert_close(multidevice_test.shard_tensor(unsharded, tv).cpu(), unsharded.view(3, d)[:, rank])
 
 
-@_SPLIT_OF_SPLIT
 def test_shard_tensor_non_outermost_split(multidevice_test):
     d, rank = multidevice_test.size, multidevice_test.rank
 
@@ -446,7 +438,6 @@ def test_shard_tensor_2d_matrix(multidevice_test):
     torch.testing.assert_close(multidevice_test.shard_tensor(unsharded, tv).cpu(), expected)
 
 
-@_SPLIT_OF_SPLIT
 def test_shard_tensor_2d_vector(multidevice_test):
     # one logical axis split three times, two of the pieces on different mesh axes
     d = multidevice_test.size
@@ -467,7 +458,6 @@ def test_shard_tensor_2d_vector(multidevice_test):
     torch.testing.assert_close(multidevice_test.shard_tensor(unsharded, tv).cpu(), expected)
 
 
-@_SPLIT_OF_SPLIT
 def test_shard_tensor_context_and_tensor_parallel(multidevice_test):
     # the sequence axis split twice: the outer piece on mesh_x, the next on mesh_y
     d = multidevice_test.size
