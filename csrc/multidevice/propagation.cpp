@@ -75,6 +75,7 @@ bool shardAxis(TensorView* tv, int64_t axis, const DeviceSplit& like, bool besid
     target = nullptr;
     int64_t parts = 0;
     for (IterDomain* leaf : splitLeaves(tv, id)) {
+      if (leaf->parallelType() == pt) return false;  // already split on pt (an rfactored partial, say)
       if (leaf->isDeviceDim()) continue;
       target = leaf;
       ++parts;
@@ -92,7 +93,7 @@ bool shardAxis(TensorView* tv, int64_t axis, const DeviceSplit& like, bool besid
   }
   // Nested in another device split, an indivisible part means this layout does not fit here.
   if (target != id && extent.isConst()) {
-    int64_t need = like.outer == 1 ? d : like.outer != DeviceSplit::kRest ? like.outer * d : like.inner * d;
+    int64_t need = like.outer == 1 || like.inner == 1 ? d : like.outer != DeviceSplit::kRest ? like.outer * d : like.inner * d;
     if (extent.value % need != 0) return false;
   }
   auto check_divides = [&](int64_t n) {
@@ -104,14 +105,14 @@ bool shardAxis(TensorView* tv, int64_t axis, const DeviceSplit& like, bool besid
     check_divides(d);
     tv->split(pos, d, /*inner_split=*/false);
     tv->parallelize(pos, pt);
+  } else if (like.inner == 1) {  // [rest, d]
+    check_divides(d);
+    tv->split(pos, d, /*inner_split=*/true);
+    tv->parallelize(pos + 1, pt);
   } else if (like.outer != DeviceSplit::kRest) {  // [outer, d, rest]
     check_divides(like.outer * d);
     tv->split(pos, like.outer, /*inner_split=*/false);
     tv->split(pos + 1, d, /*inner_split=*/false);
-    tv->parallelize(pos + 1, pt);
-  } else if (like.inner == 1) {  // [rest, d]
-    check_divides(d);
-    tv->split(pos, d, /*inner_split=*/true);
     tv->parallelize(pos + 1, pt);
   } else {  // [rest, d, inner]
     check_divides(like.inner * d);

@@ -165,7 +165,6 @@ DeviceSplit deviceSplitOf(const TensorView* tv, IterDomain* loop_id, const std::
   if (s.outer == DeviceSplit::kRest) s.signature += "|" + std::to_string(s.inner);
   MF_USER_CHECK(s.outer != DeviceSplit::kRest || s.inner != DeviceSplit::kRest, tv->toString(), ": ", toString(s.pt),
                 " on ", loop_id->toString(), " has symbolic extents on both sides; split by constant factors");
-  if (s.outer != DeviceSplit::kRest) s.inner = DeviceSplit::kRest;  // one canonical form: inner follows
   return s;
 }
 

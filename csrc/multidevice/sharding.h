@@ -29,7 +29,8 @@ struct DeviceSplit {
   bool whole_axis = false;
   int64_t num_devices = 1;
   // The constant extents around the device part; kRest: whatever the axis' extent leaves (one of
-  // them is always constant, since every split has a constant factor).
+  // them is always constant, since every split has a constant factor). Both are known when the
+  // axis' extent is.
   static constexpr int64_t kRest = -1;
   int64_t outer = 1;
   int64_t inner = kRest;

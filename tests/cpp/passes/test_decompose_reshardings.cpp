@@ -313,5 +313,33 @@ TEST(DecomposeReshardings, PadOfTheShardedAxisGathersThenSlices) {
 )IR");
 }
 
+// Blocks to interleaved rows on the same axis: no collective maps one onto the other; gather, then slice.
+TEST(DecomposeReshardings, BlocksToInterleavedGathersThenSlices) {
+  expectPass("decompose_reshardings", R"IR(Fusion {
+  input T0_float[i0{8}] mesh=[0 1]
+    OuterSplit(i0{8}, factor 2) -> iDIDx2{2}, i3{4}
+    loop: [iDIDx2{2}, i3{4}]
+  T1 = set(T0)
+    T1_float[i1{8}] mesh=[0 1]
+    InnerSplit(i1{8}, factor 2) -> i4{4}, iDIDx5{2}
+    loop: [i4{4}, iDIDx5{2}]
+  outputs: T1
+}
+)IR",
+             R"IR(Fusion {
+  input T0_float[i0{8}] mesh=[0 1]
+    OuterSplit(i0{8}, factor 2) -> iDIDx2{2}, i3{4}
+    loop: [iDIDx2{2}, i3{4}]
+  T2 = set(T0)
+    T2_float[i6{8}] mesh=[0 1]
+  T1 = set(T2)
+    T1_float[i1{8}] mesh=[0 1]
+    InnerSplit(i1{8}, factor 2) -> i4{4}, iDIDx5{2}
+    loop: [i4{4}, iDIDx5{2}]
+  outputs: T1
+}
+)IR");
+}
+
 }  // namespace
 }  // namespace mf

@@ -36,5 +36,24 @@ TEST(FinalizeAllocation, ShardedTensorsGetDeviceSplitAllocation) {
 )IR");
 }
 
+// An interleaved split allocates its device piece first, then the rows this device holds.
+TEST(FinalizeAllocation, InterleavedSplitPutsTheDevicePieceFirst) {
+  expectPass("finalize_allocation", R"IR(Fusion {
+  input T0_float[i0{8}] mesh=[0 1]
+    InnerSplit(i0{8}, factor 2) -> i1{4}, iDIDx2{2}
+    loop: [i1{4}, iDIDx2{2}]
+  outputs: T0
+}
+)IR",
+             R"IR(Fusion {
+  input T0_float[i0{8}] mesh=[0 1]
+    InnerSplit(i0{8}, factor 2) -> i1{4}, iDIDx2{2}
+    loop: [i1{4}, iDIDx2{2}]
+    allocation: [iDIDx2{2}, i1{4}]
+  outputs: T0
+}
+)IR");
+}
+
 }  // namespace
 }  // namespace mf

@@ -158,5 +158,56 @@ TEST(PropagateShardings, RefusesIndivisibleExtent) {
                   "whose extent 4 is not divisible by the 3 devices along DIDx");
 }
 
+// An inner split with the DID on the inner part (interleaved rows) is replayed as an inner split.
+TEST(PropagateShardings, ForwardKeepsAnInterleavedSplit) {
+  expectPass("propagate_shardings", R"IR(Fusion {
+  input T0_float[i0{6}, i1{4}] mesh=[0 1]
+    InnerSplit(i0{6}, factor 2) -> i4{3}, iDIDx5{2}
+    loop: [i4{3}, iDIDx5{2}, i1{4}]
+  T1 = relu(T0)
+    T1_float[i2{6}, i3{4}]
+  outputs: T1
+}
+)IR",
+             R"IR(Fusion {
+  input T0_float[i0{6}, i1{4}] mesh=[0 1]
+    InnerSplit(i0{6}, factor 2) -> i4{3}, iDIDx5{2}
+    loop: [i4{3}, iDIDx5{2}, i1{4}]
+  T1 = relu(T0)
+    T1_float[i2{6}, i3{4}] mesh=[0 1]
+    InnerSplit(i2{6}, factor 2) -> i6{3}, iDIDx7{2}
+    loop: [i6{3}, iDIDx7{2}, i3{4}]
+  outputs: T1
+}
+)IR");
+}
+
+// One axis split over two mesh axes: the outer device split is copied first, so the consumer holds the same elements.
+TEST(PropagateShardings, NestedSplitsKeepTheirOrder) {
+  expectPass("propagate_shardings", R"IR(Fusion {
+  input T0_float[i0{12}] mesh=[[0 1 2] [3 4 5]]
+    OuterSplit(i0{12}, factor 2) -> iDIDy2{2}, i3{6}
+    OuterSplit(i3{6}, factor 3) -> iDIDx4{3}, i5{2}
+    loop: [iDIDx4{3}, iDIDy2{2}, i5{2}]
+  T1 = neg(T0)
+    T1_float[i1{12}]
+  outputs: T1
+}
+)IR",
+             R"IR(Fusion {
+  input T0_float[i0{12}] mesh=[[0 1 2] [3 4 5]]
+    OuterSplit(i0{12}, factor 2) -> iDIDy2{2}, i3{6}
+    OuterSplit(i3{6}, factor 3) -> iDIDx4{3}, i5{2}
+    loop: [iDIDx4{3}, iDIDy2{2}, i5{2}]
+  T1 = neg(T0)
+    T1_float[i1{12}] mesh=[[0 1 2] [3 4 5]]
+    OuterSplit(i1{12}, factor 2) -> iDIDy6{2}, i7{6}
+    OuterSplit(i7{6}, factor 3) -> iDIDx8{3}, i9{2}
+    loop: [iDIDy6{2}, iDIDx8{3}, i9{2}]
+  outputs: T1
+}
+)IR");
+}
+
 }  // namespace
 }  // namespace mf

@@ -1,5 +1,5 @@
 """Random sharded programs against PyTorch (issue 17): pointwise chains, sums and sets with random
-loop and logical device splits, constant and symbolic extents, even and uneven. Every program either
+loop (one block per device, interleaved, or nested in a split by 2) and logical device splits, constant and symbolic extents, even and uneven. Every program either
 computes the right shard on every rank or raises meshfuser.Error on every rank: never wrong data,
 never a hang, never an error on some ranks only. Seeded: a failure names its case, and
 MESHFUSER_RANDOM_CASE=<n> reruns that case alone."""
@@ -23,6 +23,13 @@ def _annotate(tv, mesh, sharding):
     kind, axis = sharding
     if kind == "loop":
         tv.outer_split(axis, mesh.size)
+    elif kind == "inner":  # interleaved: this device holds elements i*d + rank
+        tv.inner_split(axis, mesh.size)
+        axis += 1
+    elif kind == "nested":  # [2, d, rest]: this device's block of each half
+        tv.outer_split(axis, 2)
+        tv.outer_split(axis + 1, mesh.size)
+        axis += 1
     tv.axis(axis).parallelize(ParallelType.mesh_x)
 
 
@@ -33,6 +40,17 @@ def _shard_of(t, sharding, d, rank):
     kind, axis = sharding
     if kind == "logical":
         return t.narrow(axis, rank, 1)
+    if kind in ("inner", "nested") and d == 1:
+        return t
+    if kind in ("inner", "nested") and d > 1:  # (one device holds everything, in order)
+        parts = 2 * d if kind == "nested" else d
+        if t.size(axis) % parts:
+            # does not divide: torch.chunk's pieces, which the program must refuse on every rank
+            pieces = t.chunk(d, dim=axis)
+            return pieces[rank] if rank < len(pieces) else t.narrow(axis, 0, 0)
+        if kind == "inner":
+            return t.unflatten(axis, (-1, d)).select(axis + 1, rank)
+        return t.unflatten(axis, (2, d, -1)).select(axis + 1, rank).flatten(axis, axis + 1)
     pieces = t.chunk(d, dim=axis)
     return pieces[rank] if rank < len(pieces) else t.narrow(axis, 0, 0)
 
@@ -53,7 +71,8 @@ def _make_case(seed, d):
             return None
         if logical_axis is not None and r < 0.5:
             return ("logical", logical_axis)
-        return ("loop", rng.randrange(n_axes))
+        kind = rng.choices(["loop", "inner", "nested"], weights=[6, 3, 1])[0]
+        return (kind, rng.randrange(n_axes))
 
     case = dict(shape=shape, symbolic=symbolic, x=pick(ndim, logical), two=rng.random() < 0.4)
     case["y"] = pick(ndim, logical)
