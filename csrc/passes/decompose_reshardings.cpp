@@ -257,8 +257,8 @@ bool chainSets(Fusion& f, Expr* e, std::vector<ParallelType> changed) {
       prev = t;
     }
     if (ok) {
-      // The last link feeds `out` itself.
-      f.unlink(e);
+      // The last link feeds `out` itself (a plan tried before may have restored its definition).
+      f.unlink(out->definition());
       Expr* last = f.newExpr(OpType::Set, {prev}, {out});
       ok = reshardedTypes(last, 0).size() <= 1;
       if (ok) return true;
