@@ -1,6 +1,8 @@
 """Plan catalogue: for each layer form, the exact communications this rank runs and the bytes it
 sends and receives, derived here by hand from the shapes (ring-algorithm accounting, see
 csrc/host/communication_bytes.h), plus the numbers against unsharded PyTorch."""
+import os
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,6 +19,9 @@ def _plan(fd, inputs):
         outputs = fd.execute(inputs)
     comms = [(k.name.split()[0], k.bytes_sent, k.bytes_received)
              for k in prof.profile.kernel_profiles if k.scheduler == "communication"]
+    if os.environ.get("MESHFUSER_PRINT_PLANS") and meshfuser.Communicator.instance().rank() == 0:
+        # (kind, bytes sent, bytes received) per communication: the catalogue's table
+        print(f"\nPLAN {os.environ.get('PYTEST_CURRENT_TEST', '').split(' ')[0]}: {comms}")
     return outputs, comms
 
 
