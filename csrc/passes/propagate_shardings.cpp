@@ -7,7 +7,9 @@
 //   still missing (fusion inputs never get new ones). No tensor ends up with two iteration axes of
 //   one parallel type. An annotated reduction whose operands are sharded along the reduced axis
 //   gets that device split on its reduction axis (a partial result reduced across devices) when
-//   that moves fewer bytes than resharding the operands (addReductionSplitIfCheaper).
+//   that moves fewer bytes than resharding the operands (addReductionSplitIfCheaper). A partial
+//   result nobody annotated whose every reader works on it split along one axis is scattered
+//   there (one ReduceScatter instead of an Allreduce and a slice: scatterReductionForReaders).
 #include <algorithm>
 #include <set>
 
@@ -94,6 +96,44 @@ void addReductionSplitIfCheaper(Expr* e, ParallelType pt) {
   if (cheaper) shardAxis(out, k_axis, like, /*beside_other_kind=*/true);
 }
 
+// A reduction across devices on pt (a partial result) that nobody annotated, whose every reader
+// computes on its data split on pt along one axis (a sequence-parallel residual add after a
+// row-parallel linear): it is scattered there at once. One ReduceScatter moves half the bytes of
+// an Allreduce followed by a local slice, and nothing reads the whole result.
+void scatterReductionForReaders(Fusion& fusion, Expr* e, ParallelType pt, const std::set<const TensorView*>& annotated) {
+  if (!reduces(e->op()) || e->outputs().size() != 1) return;
+  TensorView* out = e->out();
+  if (annotated.count(out) || fusion.isOutput(out) || out->uses().empty() || !out->hasMesh()) return;
+  bool partial = false;
+  for (IterDomain* id : out->loop()) partial |= id->isReduction() && id->parallelType() == pt;
+  if (!partial || shardedLoopId(out, pt) != nullptr) return;
+  int64_t axis = -1;
+  DeviceSplit wanted;
+  for (Expr* use : out->uses()) {
+    for (size_t i = 0; i < use->inputs().size(); ++i) {
+      if (use->input(i) != out) continue;
+      for (size_t o : dataOutputs(use)) {
+        const TensorView* reader = use->outTensor(o);
+        if (!reader->hasMesh() || reader->mesh() != out->mesh() || shardedLoopId(reader, pt) == nullptr) return;
+        DeviceSplit cs = deviceSplit(reader, pt, /*to_root=*/true);
+        auto p2c = mapProducerToConsumer(use, i, o);
+        auto at = std::find(p2c.begin(), p2c.end(), cs.axis);
+        if (at == p2c.end() || cs.whole_axis) return;
+        int64_t a = at - p2c.begin();
+        if (axis >= 0 && (a != axis || !(cs.signature == wanted.signature))) return;
+        axis = a;
+        wanted = cs;
+      }
+    }
+  }
+  if (axis < 0) return;
+  // `axis` counts out's non-reduction logical axes; shardAxis wants rootOrLogical.
+  IterDomain* id = out->logicalNoReductions()[static_cast<size_t>(axis)];
+  const auto& domain = out->rootOrLogical();
+  int64_t index = std::find(domain.begin(), domain.end(), id) - domain.begin();
+  if (index < static_cast<int64_t>(domain.size())) shardAxis(out, index, wanted, /*beside_other_kind=*/true);
+}
+
 class PropagateShardingsPass : public Pass {
  public:
   const char* name() const override { return "propagate_shardings"; }
@@ -131,6 +171,9 @@ class PropagateShardingsPass : public Pass {
         }
         shardProducerLikeConsumer(e, i, in, all, /*include_reduction_dids=*/false);
       }
+    }
+    for (Expr* e : exprs) {
+      for (ParallelType pt : all) scatterReductionForReaders(fusion, e, pt, annotated);
     }
   }
 };

@@ -209,5 +209,49 @@ TEST(PropagateShardings, NestedSplitsKeepTheirOrder) {
 )IR");
 }
 
+// A partial product nobody annotated, read only by an add split on the rows: it is scattered on the
+// rows (one ReduceScatter later), not reduced whole and sliced.
+TEST(PropagateShardings, PartialReadOnlySplitIsScattered) {
+  expectPass("propagate_shardings", R"IR(Fusion {
+  input T0_float[i0{4}, i1{8}] mesh=[0 1]
+    OuterSplit(i1{8}, factor 2) -> iDIDx10{2}, i11{4}
+    loop: [i0{4}, iDIDx10{2}, i11{4}]
+  input T1_float[i2{6}, i3{8}] mesh=[0 1]
+    OuterSplit(i3{8}, factor 2) -> iDIDx12{2}, i13{4}
+    loop: [i2{6}, iDIDx12{2}, i13{4}]
+  input T2_float[i4{4}, i5{6}] mesh=[0 1]
+    OuterSplit(i4{4}, factor 2) -> iDIDx14{2}, i15{2}
+    loop: [iDIDx14{2}, i15{2}, i5{6}]
+  T3 = linear(T0, T1)
+    T3_float[i6{4}, i7{6}, r8{8}]
+  T4 = add(T2, T3)
+    T4_float[i9{4}, i16{6}]
+  outputs: T4
+}
+)IR",
+             R"IR(Fusion {
+  input T0_float[i0{4}, i1{8}] mesh=[0 1]
+    OuterSplit(i1{8}, factor 2) -> iDIDx10{2}, i11{4}
+    loop: [i0{4}, iDIDx10{2}, i11{4}]
+  input T1_float[i2{6}, i3{8}] mesh=[0 1]
+    OuterSplit(i3{8}, factor 2) -> iDIDx12{2}, i13{4}
+    loop: [i2{6}, iDIDx12{2}, i13{4}]
+  input T2_float[i4{4}, i5{6}] mesh=[0 1]
+    OuterSplit(i4{4}, factor 2) -> iDIDx14{2}, i15{2}
+    loop: [iDIDx14{2}, i15{2}, i5{6}]
+  T3 = linear(T0, T1)
+    T3_float[i6{4}, i7{6}, r8{8}] mesh=[0 1]
+    OuterSplit(i6{4}, factor 2) -> iDIDx21{2}, i22{2}
+    OuterSplit(r8{8}, factor 2) -> rDIDx17{2}, r18{4}
+    loop: [iDIDx21{2}, i22{2}, i7{6}, rDIDx17{2}, r18{4}]
+  T4 = add(T2, T3)
+    T4_float[i9{4}, i16{6}] mesh=[0 1]
+    OuterSplit(i9{4}, factor 2) -> iDIDx19{2}, i20{2}
+    loop: [iDIDx19{2}, i20{2}, i16{6}]
+  outputs: T4
+}
+)IR");
+}
+
 }  // namespace
 }  // namespace mf

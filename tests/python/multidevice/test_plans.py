@@ -285,3 +285,27 @@ def test_cost_model_gathers_operands_when_cheaper(multidevice_test):
     sent = sum(c[1] for c in comms)
     assert sent == (d - 1) * (m * k + n * k) * F32  # each rank sends its x and w shards to d-1 peers
     torch.testing.assert_close(out.cpu(), F.linear(ux, uw), rtol=RTOL, atol=ATOL)
+
+
+def test_unannotated_partial_read_only_sequence_split_is_reduce_scattered(multidevice_test):
+    """A row-parallel linear with bias whose result nobody annotated and whose only reader is a
+    residual add split on the sequence (Megatron's SP block from DTensor inputs): one ReduceScatter
+    of the partial product, not an Allreduce plus a local slice (half the bytes); the bias is added
+    to the scattered rows."""
+    d, rank, dev = multidevice_test.size, multidevice_test.rank, multidevice_test.device
+    mesh = DeviceMesh(range(d))
+    t, k, n = 4 * d, 4 * d, 6
+    gen = torch.Generator().manual_seed(3)
+    ux, uw, ub, ur = (torch.randn(*s, generator=gen) for s in ((t, k), (n, k), (n,), (t, n)))
+    with FusionDefinition() as fd:
+        x, w, b, r = fd.define_tensor([t, k]), fd.define_tensor([n, k]), fd.define_tensor([n]), fd.define_tensor([t, n])
+        fd.add_output(fd.ops.add(r, fd.ops.linear(x, w, b)))
+        for tv in (x, w):
+            _shard(tv, mesh, 1)
+        _shard(r, mesh, 0)
+        b.set_device_mesh(mesh)
+    inputs = [mesh.shard_tensor(ux, 1, rank), mesh.shard_tensor(uw, 1, rank), ub, mesh.shard_tensor(ur, 0, rank)]
+    (out,), comms = _plan(fd, [i.to(dev) for i in inputs])
+    partial = t * n * F32
+    assert comms == _expect(d, ("ReduceScatter", (d - 1) * partial // d, (d - 1) * partial // d))
+    torch.testing.assert_close(out.cpu(), mesh.shard_tensor(ur + F.linear(ux, uw, ub), 0, rank), rtol=RTOL, atol=ATOL)
