@@ -98,8 +98,9 @@ void addReductionSplitIfCheaper(Expr* e, ParallelType pt) {
 
 // A reduction across devices on pt (a partial result) that nobody annotated, whose every reader
 // computes on its data split on pt along one axis (a sequence-parallel residual add after a
-// row-parallel linear): it is scattered there at once. One ReduceScatter moves half the bytes of
-// an Allreduce followed by a local slice, and nothing reads the whole result.
+// row-parallel linear) or reduces that axis away: it is scattered there at once. One
+// ReduceScatter moves half the bytes of an Allreduce followed by a local slice; a reducing reader
+// then sums its rows locally and reduces its smaller result across devices.
 void scatterReductionForReaders(Fusion& fusion, Expr* e, ParallelType pt, const std::set<const TensorView*>& annotated) {
   if (!reduces(e->op()) || e->outputs().size() != 1) return;
   TensorView* out = e->out();
@@ -109,12 +110,20 @@ void scatterReductionForReaders(Fusion& fusion, Expr* e, ParallelType pt, const 
   if (!partial || shardedLoopId(out, pt) != nullptr) return;
   int64_t axis = -1;
   DeviceSplit wanted;
+  // Readers that reduce over an axis (a bias gradient's sum over the rows): fine if it is the
+  // scattered one, they become a partial sum plus an Allreduce of their (smaller) result.
+  std::vector<std::pair<const Expr*, size_t>> reducing;
   for (Expr* use : out->uses()) {
     for (size_t i = 0; i < use->inputs().size(); ++i) {
       if (use->input(i) != out) continue;
       for (size_t o : dataOutputs(use)) {
         const TensorView* reader = use->outTensor(o);
-        if (!reader->hasMesh() || reader->mesh() != out->mesh() || shardedLoopId(reader, pt) == nullptr) return;
+        if (!reader->hasMesh() || reader->mesh() != out->mesh()) return;
+        if (shardedLoopId(reader, pt) == nullptr) {
+          if (!reduces(use->op()) || use->outputs().size() != 1) return;
+          reducing.emplace_back(use, i);
+          continue;
+        }
         DeviceSplit cs = deviceSplit(reader, pt, /*to_root=*/true);
         auto p2c = mapProducerToConsumer(use, i, o);
         auto at = std::find(p2c.begin(), p2c.end(), cs.axis);
@@ -127,6 +136,10 @@ void scatterReductionForReaders(Fusion& fusion, Expr* e, ParallelType pt, const 
     }
   }
   if (axis < 0) return;
+  for (auto [use, i] : reducing) {
+    int64_t c = mapProducerToConsumer(use, i)[static_cast<size_t>(axis)];
+    if (c < 0 || !use->out()->rootOrLogical()[static_cast<size_t>(c)]->isReduction()) return;
+  }
   // `axis` counts out's non-reduction logical axes; shardAxis wants rootOrLogical.
   IterDomain* id = out->logicalNoReductions()[static_cast<size_t>(axis)];
   const auto& domain = out->rootOrLogical();

@@ -309,3 +309,30 @@ def test_unannotated_partial_read_only_sequence_split_is_reduce_scattered(multid
     partial = t * n * F32
     assert comms == _expect(d, ("ReduceScatter", (d - 1) * partial // d, (d - 1) * partial // d))
     torch.testing.assert_close(out.cpu(), mesh.shard_tensor(ur + F.linear(ux, uw, ub), 0, rank), rtol=RTOL, atol=ATOL)
+
+
+def test_partial_read_split_and_summed_over_the_split_axis_is_reduce_scattered(multidevice_test):
+    """The partial product is read by a row-split add and by a sum over the rows (a bias gradient):
+    one ReduceScatter of the partial, then the sum runs on this rank's rows and an Allreduce of
+    the [n] result completes it (instead of an Allreduce of the whole [t, n] product)."""
+    d, rank, dev = multidevice_test.size, multidevice_test.rank, multidevice_test.device
+    mesh = DeviceMesh(range(d))
+    t, k, n = 4 * d, 4 * d, 6
+    gen = torch.Generator().manual_seed(4)
+    ux, uw, ur = (torch.randn(*s, generator=gen) for s in ((t, k), (n, k), (t, n)))
+    with FusionDefinition() as fd:
+        x, w, r = fd.define_tensor([t, k]), fd.define_tensor([n, k]), fd.define_tensor([t, n])
+        y = fd.ops.linear(x, w)
+        fd.add_output(fd.ops.add(r, y))
+        fd.add_output(fd.ops.sum(y, [0]))
+        for tv in (x, w):
+            _shard(tv, mesh, 1)
+        _shard(r, mesh, 0)
+    inputs = [mesh.shard_tensor(ux, 1, rank), mesh.shard_tensor(uw, 1, rank), mesh.shard_tensor(ur, 0, rank)]
+    (added, summed), comms = _plan(fd, [i.to(dev) for i in inputs])
+    partial, column = t * n * F32, n * F32
+    assert comms == _expect(d, ("ReduceScatter", (d - 1) * partial // d, (d - 1) * partial // d),
+                            ("Allreduce", 2 * (d - 1) * column // d, 2 * (d - 1) * column // d))
+    full = F.linear(ux, uw)
+    torch.testing.assert_close(added.cpu(), mesh.shard_tensor(ur + full, 0, rank), rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(summed.cpu(), full.sum(0), rtol=1e-5, atol=1e-4)
