@@ -33,8 +33,10 @@ def _dtensors(full, mesh, split):
 # each row-parallel partial is read only by a sequence-split residual add, so it is reduce-scattered
 # (propagate_shardings' scatterReductionForReaders); in the backward the partials read by sequence-
 # split work and by bias-gradient sums are reduce-scattered too. The backward runs 14 communications
-# where the examples' own SP backward definition, which annotates every tensor, runs 10: two more
-# Allgathers and two more (small) Allreduces, a known gap.
+# where the examples' own SP backward definition runs 10: two more Allgathers (the saved LayerNorm
+# outputs arrive split on the sequence and are gathered again for the weight gradients, as
+# Megatron's SP backward does) and two more Allreduces of [e] vectors (the row-parallel layers'
+# bias gradients, summed from the sequence-split gradient rather than from its gathered copy).
 PLANS = {"tp": (["Allreduce"] * 2, ["Allreduce"] * 4),
          "sp": (["Allgather", "ReduceScatter"] * 2,
                 ["Allgather", "ReduceScatter", "Allgather"] + ["ReduceScatter"] * 3 + ["Allreduce"] * 2
