@@ -298,3 +298,29 @@ def test_dtensor_view_of_interleaved_output_is_refused(multidevice_test):
         return  # one device: every split is one block
     with pytest.raises(meshfuser.Error, match="interleaved"):
         fd.get_output_shardings()
+
+
+@pytest.mark.parametrize("keeps_axis", [True, False], ids=["keeps_rows", "splits_rows"])
+def test_reshape_of_interleaved_rows(multidevice_test, keeps_axis):
+    # A reshape that keeps the interleaved axis whole stays local; one that splits it would pair
+    # different rows on each device, so the rows are gathered first (by index).
+    d, rank, dev = multidevice_test.size, multidevice_test.rank, multidevice_test.device
+    mesh = DeviceMesh(range(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([4 * d, 6])
+        out = fd.ops.reshape(x, [4 * d, 2, 3] if keeps_axis else [2 * d, 2, 6])
+        fd.add_output(out)
+        _inner(x, mesh, 0)
+        out.set_device_mesh(mesh)
+        if keeps_axis:
+            out.inner_split(0, d)
+            out.axis(1).parallelize(MESH_X)
+    ux = torch.randn(4 * d, 6)
+    (result,), comms = _plan(fd, [_interleaved_rows(ux, 0, d, rank).to(dev)])
+    if keeps_axis:
+        assert comms == []
+        torch.testing.assert_close(result.cpu(), _interleaved_rows(ux.reshape(4 * d, 2, 3), 0, d, rank))
+    else:
+        gathered = 4 * d * 6 * F32
+        assert comms == _expect(d, ("Allgather", (d - 1) * gathered // d, (d - 1) * gathered // d))
+        torch.testing.assert_close(result.cpu(), ux.reshape(2 * d, 2, 6))
