@@ -44,14 +44,14 @@ void shardProducerLikeOutput(const Expr* e, size_t input_index, size_t output_in
     const auto& p_domain = producer->rootOrLogical();
     int64_t p_index = std::find(p_domain.begin(), p_domain.end(), p_id) - p_domain.begin();
     if (p_index >= static_cast<int64_t>(p_domain.size())) continue;
-    if (layoutCarriesOver(cs, p_id, c_domain[static_cast<size_t>(c_axis)])) shardAxis(producer, p_index, cs);
+    if (layoutCarriesOver(e, cs, p_id, c_domain[static_cast<size_t>(c_axis)])) shardAxis(producer, p_index, cs);
   }
 }
 
 }  // namespace
 
-bool layoutCarriesOver(const DeviceSplit& s, const IterDomain* from, const IterDomain* to) {
-  return s.blocked() || s.whole_axis || from->extent() == to->extent();
+bool layoutCarriesOver(const Expr* e, const DeviceSplit& s, const IterDomain* from, const IterDomain* to) {
+  return !opInfo(e->op()).regroups_axes || s.blocked() || s.whole_axis || from->extent() == to->extent();
 }
 
 bool shardAxis(TensorView* tv, int64_t axis, ParallelType pt, int64_t num_devices, bool whole_axis,
@@ -145,7 +145,7 @@ void shardConsumerLikeProducer(const Expr* e, size_t input_index, const std::vec
       DeviceSplit s = deviceSplit(producer, pt);
       int64_t c = p2c[s.axis];
       if (c < 0) continue;
-      if (layoutCarriesOver(s, producer->logicalNoReductions()[static_cast<size_t>(s.axis)],
+      if (layoutCarriesOver(e, s, producer->logicalNoReductions()[static_cast<size_t>(s.axis)],
                             consumer->rootOrLogical()[static_cast<size_t>(c)])) {
         shardAxis(consumer, c, s);
       }

@@ -22,11 +22,12 @@ bool shardAxis(TensorView* tv, int64_t axis, ParallelType pt, int64_t num_device
 // other device parts, it is [like.outer, num_devices, like.inner].
 bool shardAxis(TensorView* tv, int64_t axis, const DeviceSplit& like, bool beside_other_kind = false);
 
-// Whether split `s` of axis `from` can be copied onto axis `to` that an op maps it to: a block per
+// Whether split `s` of axis `from` can be copied onto axis `to` that `e` maps it to: always for an
+// op that keeps its axes (pointwise, reductions); for one that regroups them (reshape): a block per
 // device always can (a reshape's outer rows hold the same elements), an interleaved split only
 // when the op keeps the axis whole (the same extent); a reshape that splits or merges it would
 // pair different elements.
-bool layoutCarriesOver(const DeviceSplit& s, const IterDomain* from, const IterDomain* to);
+bool layoutCarriesOver(const Expr* e, const DeviceSplit& s, const IterDomain* from, const IterDomain* to);
 
 // Copies the producer's (input `input_index` of e) shardings for `pts` onto e's outputs (those
 // that hold input data), leaving the outputs in `keep` as they are. Sets an output's mesh from the

@@ -308,7 +308,7 @@ TensorView* outputAsInputsShardIt(const Expr* e, size_t o) {
     for (ParallelType pt : byDepth(in, kAllDids)) {
       if (shardedLoopId(in, pt) == nullptr) continue;
       DeviceSplit s = deviceSplit(in, pt);
-      if (p2c[s.axis] >= 0 && layoutCarriesOver(s, in->logicalNoReductions()[static_cast<size_t>(s.axis)],
+      if (p2c[s.axis] >= 0 && layoutCarriesOver(e, s, in->logicalNoReductions()[static_cast<size_t>(s.axis)],
                                                 t->rootOrLogical()[static_cast<size_t>(p2c[s.axis])])) {
         shardAxis(t, p2c[s.axis], s);
       }

@@ -146,7 +146,10 @@ def test_random_programs(multidevice_test):
     errors = {}
     for seed in cases:
         case = _make_case(seed, d)
-        status, msg = _run_case(case, d, rank, multidevice_test.device)
+        try:
+            status, msg = _run_case(case, d, rank, multidevice_test.device)
+        except Exception as e:  # an internal error or wrong numbers: name the case to rerun it
+            raise AssertionError(f"case {seed} (MESHFUSER_RANDOM_CASE={seed}) {case}: {e}") from e
         counts[status] += 1
         if status == "error":
             errors[seed] = msg
