@@ -68,6 +68,17 @@ def setup_default_process_group():
     yield
 
 
+def execute_with_plan(fd, inputs):
+    """Runs fd on inputs; returns (outputs, [(kind, bytes_sent, bytes_received)] per communication
+    this rank ran), what the plan tests assert."""
+    from .profiler import Profiler
+    with Profiler() as prof:
+        outputs = fd.execute(inputs)
+    comms = [(k.name.split()[0], k.bytes_sent, k.bytes_received)
+             for k in prof.profile.kernel_profiles if k.scheduler == "communication"]
+    return outputs, comms
+
+
 def communication_kinds(names):
     """["Allreduce", ...] from profiler communication names ("Allreduce T2 <- T3 on DIDx ...")."""
     return [name.split()[0] for name in names]

@@ -9,17 +9,13 @@ import torch
 
 import meshfuser
 from meshfuser import DeviceMesh, FusionDefinition, ParallelType
+from meshfuser.testing import execute_with_plan
 
 MESH_X, MESH_Y = ParallelType.mesh_x, ParallelType.mesh_y
 F32 = 4
 
 
-def _plan(fd, inputs):
-    with meshfuser.Profiler() as prof:
-        outputs = fd.execute(inputs)
-    comms = [(k.name.split()[0], k.bytes_sent, k.bytes_received)
-             for k in prof.profile.kernel_profiles if k.scheduler == "communication"]
-    return outputs, comms
+_plan = execute_with_plan
 
 
 def _expect(d, *comms):

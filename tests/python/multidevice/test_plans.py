@@ -9,16 +9,14 @@ import torch.nn.functional as F
 
 import meshfuser
 from meshfuser import DeviceMesh, FusionDefinition, ParallelType
+from meshfuser.testing import execute_with_plan
 
 RTOL, ATOL = 1.3e-6, 1e-4
 F32 = 4
 
 
 def _plan(fd, inputs):
-    with meshfuser.Profiler() as prof:
-        outputs = fd.execute(inputs)
-    comms = [(k.name.split()[0], k.bytes_sent, k.bytes_received)
-             for k in prof.profile.kernel_profiles if k.scheduler == "communication"]
+    outputs, comms = execute_with_plan(fd, inputs)
     if os.environ.get("MESHFUSER_PRINT_PLANS") and meshfuser.Communicator.instance().rank() == 0:
         # (kind, bytes sent, bytes received) per communication: the catalogue's table
         print(f"\nPLAN {os.environ.get('PYTEST_CURRENT_TEST', '').split(' ')[0]}: {comms}")

@@ -8,17 +8,13 @@ import torch
 
 import meshfuser
 from meshfuser import DeviceMesh, FusionDefinition, ParallelType
+from meshfuser.testing import execute_with_plan
 
 F32 = 4
 pytestmark = pytest.mark.timeout(60)
 
 
-def _plan(fd, inputs):
-    with meshfuser.Profiler() as prof:
-        outputs = fd.execute(inputs)
-    comms = [(k.name.split()[0], k.bytes_sent, k.bytes_received)
-             for k in prof.profile.kernel_profiles if k.scheduler == "communication"]
-    return outputs, comms
+_plan = execute_with_plan
 
 
 def _shard(tv, mesh, axis):
