@@ -30,6 +30,7 @@ std::string arrayOf(const TensorView* tv, int64_t vec) {
 struct LoopSets {
   std::vector<const TensorView*> loads;   // varying loads read in this loop
   std::vector<const Expr*> exprs;         // varying exprs computed in this loop (program order)
+  std::vector<const TensorView*> cache_reads;  // cached values read from their mf_e registers
   std::vector<const Expr*> reductions;    // accumulated in this loop
   std::vector<const TensorView*> stores;  // full outputs written in this loop
 };
@@ -60,7 +61,8 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
       if (reductions.count(e)) {
         if (p.stage.at(static_cast<const TensorView*>(e->input(0))) == l) ls.reductions.push_back(e);
       } else if (m.count(e->out())) {
-        ls.exprs.push_back(e);
+        if (p.cached.count(e->out()) && p.home.at(e->out()) != l) ls.cache_reads.push_back(e->out());
+        else ls.exprs.push_back(e);
       }
     }
     for (const TensorView* out : seg.outputs) {
@@ -73,7 +75,7 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
   for (const LoopSets& ls : sets) max_reductions = std::max(max_reductions, ls.reductions.size());
 
   std::ostringstream os;
-  os << prelude() << "\n" << signature(a, name_token, bx * by);
+  os << prelude() << "\n" << signature(a, name_token, bx * by, s.launch.min_blocks);
   os << "  // " << (p.outer ? "outer " : "") << "normalization: " << s.rows << " rows x " << s.red
      << " reduced elements, " << bx << " x " << by
      << " threads per block, " << v << " per vector, " << loops << " loop(s) over the row, "
@@ -106,7 +108,28 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
     for (const TensorView* tv : p.loads) {
       if (p.reread.count(tv)) os << "    " << arrayOf(tv, v) << " mf_c" << tv->name() << "[" << p.iters << "];\n";
     }
+    for (const Expr* e : seg.exprs) {  // in seg order: deterministic text
+      if (p.cached.count(e->out())) os << "    float mf_e" << e->out()->name() << "[" << p.iters * v << "];\n";
+    }
   }
+  // x / r with r the same along the row (softmax's sum): one reciprocal per row, then a multiply
+  // per element (an IEEE division per element is a MUFU op plus ~8 instructions). Not in double
+  // compute, which keeps divisions exact for integer tensors.
+  std::unordered_set<const TensorView*> reciprocals;
+  auto rowDivisor = [&](const Expr* e) -> const TensorView* {
+    if (a.compute_double || e->op() != OpType::Div || !e->input(1)->isTensor() || !e->input(0)->isTensor()) return nullptr;
+    const auto* d = static_cast<const TensorView*>(e->input(1));
+    return p.varies.at(d) ? nullptr : d;
+  };
+  auto emitVarying = [&](const Expr* e, const std::string& indent) {
+    const TensorView* d = rowDivisor(e);
+    if (d == nullptr) {
+      os << emitExpr(e, indent);
+      return;
+    }
+    os << indent << "const float " << tensorLocal(e->out()) << " = " << operandText(e->input(0)) << " * mf_rcp"
+       << d->name() << ";  // " << e->toString() << "\n";
+  };
   auto emitRowStage = [&](int stage) {
     for (const Expr* e : seg.exprs) {
       if (reductions.count(e) || p.varies.at(e->out()) || p.stage.at(e->out()) != stage) continue;
@@ -123,6 +146,11 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
   for (int l = 0; l < loops; ++l) {
     const LoopSets& ls = sets[static_cast<size_t>(l)];
     emitRowStage(l);
+    for (const Expr* e : ls.exprs) {
+      const TensorView* d = rowDivisor(e);
+      if (d == nullptr || !reciprocals.insert(d).second) continue;
+      os << "    const float mf_rcp" << d->name() << " = 1.0f / " << tensorLocal(d) << ";\n";
+    }
     os << "    // loop " << l << " over the row\n";
     for (const Expr* r : ls.reductions) {
       os << "    float " << tensorLocal(r->out()) << " = " << opInfo(r->op()).cuda_init << ";  // " << r->toString()
@@ -181,9 +209,7 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
       os << in << "const " << arrayOf(tv, v) << " v" << name << " = *reinterpret_cast<const " << arrayOf(tv, v) << "*>("
          << tensorParam(tv) << " + " << offset(tv, col_off) << ");\n";
     }
-    if (v > 1) {
-      for (const TensorView* tv : ls.stores) os << in << arrayOf(tv, v) << " o" << tv->name() << ";\n";
-    }
+    if (v > 1) emitStoreArrays(ls.stores, v, in, os);
     std::string lane = in;
     if (v > 1) {
       os << "#pragma unroll\n" << in << "for (int k = 0; k < " << v << "; ++k) {\n";
@@ -193,24 +219,31 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
       std::string src = "v" + std::to_string(tv->name()) + (v > 1 ? ".v[k]" : ".v[0]");
       os << lane << "const float " << tensorLocal(tv) << " = " << loadExpr(tv->dtype(), src) << ";\n";
     }
-    for (const Expr* e : ls.exprs) os << emitExpr(e, lane);
+    const std::string slot = p.persistent ? (v > 1 ? "[it * " + std::to_string(v) + " + k]" : "[it]") : "";
+    for (const TensorView* tv : ls.cache_reads) {
+      os << lane << "const float " << tensorLocal(tv) << " = mf_e" << tv->name() << slot << ";\n";
+    }
+    for (const Expr* e : ls.exprs) {
+      emitVarying(e, lane);
+      if (p.cached.count(e->out())) os << lane << "mf_e" << e->out()->name() << slot << " = " << tensorLocal(e->out()) << ";\n";
+    }
     for (const Expr* r : ls.reductions) {
       const std::string acc = tensorLocal(r->out());
       os << lane << acc << " = " << fillTemplate(opInfo(r->op()).cuda_combine, {acc, operandText(r->input(0))})
          << ";\n";
     }
     for (const TensorView* tv : ls.stores) {
-      std::string dst = v > 1     ? "o" + std::to_string(tv->name()) + ".v[k]"
-                        : p.outer ? tensorParam(tv) + "[j * " + std::to_string(s.rows) + " + row]"
-                                  : tensorParam(tv) + "[row * " + red_text + " + j]";
-      os << lane << dst << " = " << storeExpr(tv->dtype(), tensorLocal(tv)) << ";\n";
+      if (v > 1) {
+        os << lane << storeLane(tv, v) << "\n";
+        continue;
+      }
+      std::string dst = p.outer ? tensorParam(tv) + "[j * " + std::to_string(s.rows) + " + row]"
+                                : tensorParam(tv) + "[row * " + red_text + " + j]";
+      os << lane << dst << " = " << storeOf(tv) << ";\n";
     }
     if (v > 1) {
       os << in << "}\n";
-      for (const TensorView* tv : ls.stores) {
-        os << in << "*reinterpret_cast<" << arrayOf(tv, v) << "*>(" << tensorParam(tv) << " + row * " << red_text
-           << " + j) = o" << tv->name() << ";\n";
-      }
+      for (const TensorView* tv : ls.stores) emitVectorStore(tv, v, tensorParam(tv) + " + row * " + red_text + " + j", in, os);
     }
     if (p.persistent && guarded) os << "      }\n";
     os << "    }\n";
@@ -237,8 +270,9 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
     }
     // Combine the loop's reductions over the warp, then the block.
     for (const Expr* r : ls.reductions) {
+      if (!block_mode && bx == 1) break;  // a row per thread: nothing to combine
       const std::string acc = tensorLocal(r->out());
-      os << "    for (int o = 16; o > 0; o >>= 1) " << acc << " = "
+      os << "    for (int o = " << (block_mode ? 16 : bx / 2) << "; o > 0; o >>= 1) " << acc << " = "
          << fillTemplate(opInfo(r->op()).cuda_combine, {acc, "__shfl_xor_sync(0xffffffffu, " + acc + ", o)"}) << ";\n";
     }
     if (block_mode && !ls.reductions.empty()) {

@@ -109,7 +109,7 @@ std::string emitTranspose(const Analysis& a, const Schedule& s, const std::strin
   }
   for (const Expr* e : r.exprs) os << emitExpr(e, "        ");
   for (const TensorView* tv : r.stores) {
-    os << "        o" << tv->name() << ".v[k] = " << storeExpr(tv->dtype(), tensorLocal(tv)) << ";\n";
+    os << "        o" << tv->name() << ".v[k] = " << storeOf(tv) << ";\n";
   }
   os << "      }\n";
   for (const TensorView* tv : r.stores) {
