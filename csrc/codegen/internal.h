@@ -137,9 +137,10 @@ struct Schedule {
   KernelLaunch launch;
   NormPlan norm;  // Normalization only
   // Transpose: the merged domain axis (of main_index.dims) along which the transposed loads are
-  // contiguous; tiles of 32 x 32 over (that axis, the innermost axis) go through shared memory.
+  // contiguous; tiles of 64 x 16 vec over (that axis, the innermost axis) go through shared memory.
   int64_t transpose_axis = -1;
   std::vector<const TensorView*> transposed;  // loads read through the tile
+  int64_t vec_a = 1;  // transpose: 2 when every transposed load reads two A-adjacent elements as one vector
 };
 
 bool chooseSchedule(const Analysis& a, const CodegenOptions& options, Schedule* s, std::string* why);
