@@ -75,6 +75,31 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
   for (const LoopSets& ls : sets) max_reductions = std::max(max_reductions, ls.reductions.size());
 
   std::ostringstream os;
+  const bool guarded = p.iters * bx * v > s.red;
+  // Loads the loop-0 vectors of row `row_expr` into the mf_n arrays (persistent short rows).
+  auto emitPrefetch = [&](const std::string& row_expr, const std::string& ind) {
+    os << ind << "{  // the vectors of the thread's next row, in flight while this row computes\n";
+    os << ind << "  const " << it << " mf_row = " << row_expr << ";\n";
+    os << ind << "  if (mf_row < " << s.rows << ") {\n";
+    const std::string i2 = ind + "    ";
+    auto roff = emitOffsets(p.row_region, p.row_index, "mf_row", "rn", it, i2, os);
+    os << "#pragma unroll\n" << i2 << "for (int it = 0; it < " << p.iters << "; ++it) {\n";
+    os << i2 << "  const " << it << " j = " << timesText("(" + it + ")it * " + std::to_string(bx) + " + threadIdx.x", v)
+       << ";\n";
+    std::string i3 = i2 + "  ";
+    if (guarded) {
+      os << i3 << "if (j < " << s.red << ") {\n";
+      i3 += "  ";
+    }
+    auto coff = emitOffsets(p.col_region, p.col_index, "j", "jn", it, i3, os);
+    for (const TensorView* tv : p.loads) {
+      if (!p.prefetch.count(tv)) continue;
+      os << i3 << "mf_n" << tv->name() << "[it] = *reinterpret_cast<const " << arrayOf(tv, v) << "*>(" << tensorParam(tv)
+         << " + (" << roff.at(tv) << ") + " << coff.at(tv) << ");\n";
+    }
+    if (guarded) os << i2 << "  }\n";
+    os << i2 << "}\n" << ind << "  }\n" << ind << "}\n";
+  };
   os << prelude() << "\n" << signature(a, name_token, bx * by, s.launch.min_blocks);
   os << "  // " << (p.outer ? "outer " : "") << "normalization: " << s.rows << " rows x " << s.red
      << " reduced elements, " << bx << " x " << by
@@ -91,6 +116,12 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
   } else {
     if (block_mode) os << "  __shared__ float mf_red[" << max_reductions << "][32];\n";
     const std::string per_block = by == 1 ? "" : " * " + std::to_string(by);
+    if (!p.prefetch.empty()) {
+      for (const TensorView* tv : p.loads) {
+        if (p.prefetch.count(tv)) os << "  " << arrayOf(tv, v) << " mf_n" << tv->name() << "[" << p.iters << "];\n";
+      }
+      emitPrefetch("(" + it + ")blockIdx.x" + per_block + (by == 1 ? "" : " + threadIdx.y"), "  ");
+    }
     os << "  for (" << it << " row = (" << it << ")blockIdx.x" << per_block << (by == 1 ? "" : " + threadIdx.y")
        << "; row < " << s.rows << "; row += (" << it << ")gridDim.x" << per_block << ") {\n";
   }
@@ -157,7 +188,6 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
          << "\n";
     }
     std::string in = "      ";
-    const bool guarded = p.iters * bx * v > s.red;
     auto persistentHeader = [&]() {
       os << "#pragma unroll\n    for (int it = 0; it < " << p.iters << "; ++it) {\n";
       os << "      const " << it << " j = " << timesText("(" + it + ")it * " + std::to_string(bx) + " + threadIdx.x", v)
@@ -183,12 +213,19 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
         persistentHeader();
         auto col_off = emitOffsets(p.col_region, p.col_index, "j", "jc", it, in, os);
         for (const TensorView* tv : fresh) {
+          if (p.prefetch.count(tv)) {
+            os << in << "mf_c" << tv->name() << "[it] = mf_n" << tv->name() << "[it];\n";
+            continue;
+          }
           os << in << "mf_c" << tv->name() << "[it] = *reinterpret_cast<const " << arrayOf(tv, v) << "*>("
              << tensorParam(tv) << " + " << offset(tv, col_off) << ");\n";
         }
         if (guarded) os << "      }\n";
         os << "    }\n";
         in = "      ";
+        if (l == 0 && !p.prefetch.empty()) {
+          emitPrefetch("row + (" + it + ")gridDim.x" + (by == 1 ? "" : " * " + std::to_string(by)), "    ");
+        }
       }
       persistentHeader();
     } else if (p.outer) {

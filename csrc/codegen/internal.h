@@ -110,6 +110,9 @@ struct NormPlan {
   // Persistent plans: transcendental varying values that later loops need again, kept as floats
   // from their home loop (mf_e arrays) instead of recomputed.
   std::unordered_set<const TensorView*> cached;
+  // Persistent short rows: the loop-0 loads of the thread's next row are issued while this row
+  // computes (mf_n arrays), so a row's reductions do not leave the memory system idle.
+  std::unordered_set<const TensorView*> prefetch;
   // Row-dependent varying loads read again after their first loop: persistent plans keep their
   // raw vectors in registers; multi-pass plans, and loads the same for every row (weights), read
   // them again from memory.

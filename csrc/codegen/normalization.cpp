@@ -22,6 +22,7 @@
 //            from them (an exp again is cheaper than the registers of a float copy); else each loop
 //            re-reads the row from global memory (multi-pass), still one kernel.
 #include <algorithm>
+#include <cstdlib>
 #include <unordered_set>
 
 #include "codegen/internal.h"
@@ -418,7 +419,23 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
   if (p.persistent && l.block_x * l.block_y >= 512 && p.iters * kept_bytes <= 64) {
     l.min_blocks = std::max<int64_t>(1, 1024 / (l.block_x * l.block_y));
   }
-  int64_t bound = rows * red + l.block_x * s->vec * (p.iters + 1) + l.grid_x * l.block_y * red;
+  // Short rows (a warp or less each): a row is one burst of loads followed by a chain of shuffles
+  // and the output loop, so each row's loop-0 vectors for the next row are loaded while it computes
+  // (at most 64 bytes per thread: 16 more registers).
+  if (p.persistent && l.block_x <= 32) {
+    int64_t bytes = 0;
+    for (const TensorView* tv : p.loads) {
+      const auto& rs = p.row_index.strides.at(tv);
+      bool per_row = std::any_of(rs.begin(), rs.end(), [](int64_t st) { return st != 0; });
+      if (!p.varies.at(tv) || p.home.at(tv) != 0 || !per_row) continue;
+      p.prefetch.insert(tv);
+      bytes += p.iters * s->vec * sizeInBytes(tv->dtype());
+    }
+    const char* lim = std::getenv("MF11_PREFETCH_BYTES");  // TEMP experiment knob
+    if (bytes > (lim ? std::atoll(lim) : 64)) p.prefetch.clear();
+  }
+  // The prefetch computes the offsets of row + gridDim.x * block_y (< rows + grid rows).
+  int64_t bound = rows * red + l.block_x * s->vec * (p.iters + 1) + 2 * l.grid_x * l.block_y * red;
   s->index64 = bound > kInt32Max || p.row_index.max_offset + p.col_index.max_offset > kInt32Max;
   return true;
 }
