@@ -71,6 +71,9 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
       if (here) ls.stores.push_back(out);
     }
   }
+  int block_reductions = 0;  // per row
+  for (const LoopSets& ls : sets) block_reductions += ls.reductions.empty() ? 0 : 1;
+  int next_slot = 0;
   size_t max_reductions = 1;
   for (const LoopSets& ls : sets) max_reductions = std::max(max_reductions, ls.reductions.size());
 
@@ -114,7 +117,12 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
     os << "    const " << it << " row = row0 + threadIdx.x;  // this thread's kept element\n";
     os << "    const bool mf_active = row < " << s.rows << ";\n";
   } else {
-    if (block_mode) os << "  __shared__ float mf_red[" << max_reductions << "][32];\n";
+    if (block_mode) {
+      // Two slots used in turn: a slot is written again only after the next block reduction's
+      // barrier, which every reader of its last values has passed, so one barrier per reduction.
+      os << "  __shared__ float mf_red[2][" << max_reductions << "][32];\n";
+      if (block_reductions % 2 == 1) os << "  int mf_par = 0;  // the slot of the next block reduction\n";
+    }
     const std::string per_block = by == 1 ? "" : " * " + std::to_string(by);
     if (!p.prefetch.empty()) {
       for (const TensorView* tv : p.loads) {
@@ -313,19 +321,21 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
          << fillTemplate(opInfo(r->op()).cuda_combine, {acc, "__shfl_xor_sync(0xffffffffu, " + acc + ", o)"}) << ";\n";
     }
     if (block_mode && !ls.reductions.empty()) {
-      os << "    __syncthreads();  // earlier readers of mf_red are done\n";
+      const std::string slot = "mf_red[" + (block_reductions % 2 == 1 ? std::string("mf_par") : std::to_string(next_slot)) + "]";
+      next_slot ^= 1;
       os << "    if ((threadIdx.x & 31) == 0) {\n";
       for (size_t i = 0; i < ls.reductions.size(); ++i) {
-        os << "      mf_red[" << i << "][threadIdx.x >> 5] = " << tensorLocal(ls.reductions[i]->out()) << ";\n";
+        os << "      " << slot << "[" << i << "][threadIdx.x >> 5] = " << tensorLocal(ls.reductions[i]->out()) << ";\n";
       }
       os << "    }\n    __syncthreads();\n";
       for (size_t i = 0; i < ls.reductions.size(); ++i) {
         const Expr* r = ls.reductions[i];
         const std::string acc = tensorLocal(r->out());
-        os << "    " << acc << " = mf_red[" << i << "][0];\n";
+        os << "    " << acc << " = " << slot << "[" << i << "][0];\n";
         os << "    for (int w = 1; w < " << bx / 32 << "; ++w) " << acc << " = "
-           << fillTemplate(opInfo(r->op()).cuda_combine, {acc, "mf_red[" + std::to_string(i) + "][w]"}) << ";\n";
+           << fillTemplate(opInfo(r->op()).cuda_combine, {acc, slot + "[" + std::to_string(i) + "][w]"}) << ";\n";
       }
+      if (block_reductions % 2 == 1) os << "    mf_par ^= 1;\n";
     }
   }
   emitRowStage(loops);

@@ -38,7 +38,7 @@ std::string emitTranspose(const Analysis& a, const Schedule& s, const std::strin
     return std::find(s.transposed.begin(), s.transposed.end(), tv) != s.transposed.end();
   };
   std::ostringstream os;
-  os << prelude() << "\n" << signature(a, name_token, s.launch.block_x * by);
+  os << prelude() << "\n" << signature(a, name_token, s.launch.block_x * by, s.launch.min_blocks);
   os << "  // transpose over [";
   for (size_t d = 0; d < n; ++d) os << (d ? ", " : "") << p.dims[d];
   os << "]: 64 x " << tile_b << " tiles over axes " << ax << " and " << n - 1 << " through shared memory (swizzled), "

@@ -36,6 +36,7 @@
 //   sum(x, 0)           0.123 ms (block 8 x 64, 64 columns per block, vec 8, unroll 4, grid 256);
 //                       tried: 4 x 64 (512 blocks) 0.145, 8 x 32 0.128, 8 x 128 0.125, 16 x 32 0.127
 #include <algorithm>
+#include <cstdlib>
 #include <unordered_set>
 
 #include "codegen/internal.h"
@@ -125,7 +126,9 @@ bool chooseTranspose(const Analysis& a, const CodegenOptions& o, Schedule* s) {
   int64_t max_bytes = 1;
   for (const TensorView* tv : s->main.stores) max_bytes = std::max(max_bytes, sizeInBytes(tv->dtype()));
   s->vec = 1;
-  for (int64_t v = std::min<int64_t>(4, 8 / max_bytes); v >= 2 && s->vec == 1; v /= 2) {
+  const char* kvb = std::getenv("MF11_T_VB");  // TEMP experiment knob: max bytes per B vector
+  const int64_t vb_bytes = kvb ? std::atoll(kvb) : 8;
+  for (int64_t v = std::min<int64_t>(vb_bytes / 2, vb_bytes / max_bytes); v >= 2 && s->vec == 1; v /= 2) {
     bool ok = p.dims.back() % v == 0;
     for (const TensorView* tv : s->main.loads) {
       if (std::find(s->transposed.begin(), s->transposed.end(), tv) != s->transposed.end()) continue;
@@ -158,7 +161,11 @@ bool chooseTranspose(const Analysis& a, const CodegenOptions& o, Schedule* s) {
   s->launch.block_y = 8;
   int64_t tiles = s->main.numel() / (p.dims[static_cast<size_t>(axis)] * p.dims.back()) *
                   ceilDiv(p.dims[static_cast<size_t>(axis)], 64) * ceilDiv(p.dims.back(), 16 * s->vec);
-  s->launch.grid_x = std::max<int64_t>(1, std::min(tiles, o.sm_count * 8));
+  const char* kg = std::getenv("MF11_T_GRID");  // TEMP experiment knobs
+  const char* kmb = std::getenv("MF11_T_MINB");
+  const int64_t gm = kg ? std::atoll(kg) : 8;
+  s->launch.grid_x = std::max<int64_t>(1, gm == 0 ? tiles : std::min(tiles, o.sm_count * gm));
+  s->launch.min_blocks = kmb ? std::atoll(kmb) : 0;
   s->index64 = s->main.numel() + 64 * p.dims.back() + 16 * s->vec > kInt32Max || p.max_offset > kInt32Max ||
                tiles + s->launch.grid_x > kInt32Max;
   return true;
