@@ -127,7 +127,7 @@ bool chooseTranspose(const Analysis& a, const CodegenOptions& o, Schedule* s) {
   for (const TensorView* tv : s->main.stores) max_bytes = std::max(max_bytes, sizeInBytes(tv->dtype()));
   s->vec = 1;
   const char* kvb = std::getenv("MF11_T_VB");  // TEMP experiment knob: max bytes per B vector
-  const int64_t vb_bytes = kvb ? std::atoll(kvb) : 8;
+  const int64_t vb_bytes = kvb ? std::atoll(kvb) : 16;
   for (int64_t v = std::min<int64_t>(vb_bytes / 2, vb_bytes / max_bytes); v >= 2 && s->vec == 1; v /= 2) {
     bool ok = p.dims.back() % v == 0;
     for (const TensorView* tv : s->main.loads) {
@@ -163,9 +163,9 @@ bool chooseTranspose(const Analysis& a, const CodegenOptions& o, Schedule* s) {
                   ceilDiv(p.dims[static_cast<size_t>(axis)], 64) * ceilDiv(p.dims.back(), 16 * s->vec);
   const char* kg = std::getenv("MF11_T_GRID");  // TEMP experiment knobs
   const char* kmb = std::getenv("MF11_T_MINB");
-  const int64_t gm = kg ? std::atoll(kg) : 8;
+  const int64_t gm = kg ? std::atoll(kg) : 4;
   s->launch.grid_x = std::max<int64_t>(1, gm == 0 ? tiles : std::min(tiles, o.sm_count * gm));
-  s->launch.min_blocks = kmb ? std::atoll(kmb) : 0;
+  s->launch.min_blocks = kmb ? std::atoll(kmb) : 4;
   s->index64 = s->main.numel() + 64 * p.dims.back() + 16 * s->vec > kInt32Max || p.max_offset > kInt32Max ||
                tiles + s->launch.grid_x > kInt32Max;
   return true;
