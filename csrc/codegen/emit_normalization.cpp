@@ -3,16 +3,21 @@
 // striding the reduced rows, and combines the rows of threads' partials in shared memory.
 //
 // Requires: a Normalization Schedule (normalization.cpp). Guarantees: each row is processed by one
-// block (blockDim.y == 1) or one warp (blockDim.x == 32); loop s over the row's elements (thread
-// t owns vector groups t, t + blockDim.x, ...) computes the varying values homed at s and folds the
-// reductions of stage s into per-thread accumulators, which then combine across the warp
-// (__shfl_xor_sync, identical on every lane) and the block (shared memory, a fixed warp order), so
-// every thread holds the row's result for the next loop; deterministic, no atomics. Per-row values
-// are computed once per row by every thread; per-row outputs are stored by lane 0. A loop
-// recomputes the varying values it needs from the loads; persistent plans keep the raw vectors of
-// the loads that later loops read again in registers (fully unrolled `iters` groups, so each input
-// is read from memory once), multi-pass plans read them again. Varying loads and full outputs use
-// one `vec`-wide access per group.
+// block (blockDim.y == 1) or by blockDim.x <= 32 lanes of one warp (all rows of a warp leave the
+// row loop together: the scheduler keeps the row count a multiple of the rows per warp); loop s
+// over the row's elements (thread t owns vector groups t, t + blockDim.x, ...) computes the varying
+// values homed at s and folds the reductions of stage s into per-thread accumulators, which then
+// combine across the lanes (__shfl_xor_sync, identical on every lane) and the block (shared memory,
+// a fixed warp order; two slots used in turn, one barrier per reduction), so every thread holds
+// the row's result for the next loop; deterministic, no atomics. Per-row values are computed once
+// per row by every thread; per-row outputs are stored by lane 0. A loop recomputes the varying
+// values it needs from the loads, except the plan's cached (transcendental) values, which stay as
+// floats from their home loop (mf_e); persistent plans keep the raw vectors of the loads that
+// later loops read again in registers (fully unrolled `iters` groups, so each input is read from
+// memory once), multi-pass plans read them again; plans with `prefetch` loads load the thread's
+// next row during this one (mf_n). A division by a per-row value is a per-row reciprocal and a
+// multiply (<= 1.5 ulp instead of 0.5; not in double compute). Varying loads and full outputs use
+// one `vec`-wide access per group; half/bfloat16 outputs convert two lanes per cvt.
 #include <algorithm>
 #include <unordered_set>
 
