@@ -40,6 +40,17 @@ __device__ __forceinline__ mf_bf16 mf_float_to_bf16(float f) {  // round to near
   return (mf_bf16)(u >> 16);
 #endif
 }
+// Two floats -> two bf16 (lo, hi) in one cvt; NaN as mf_float_to_bf16 (PyTorch's 0x7fc0).
+__device__ __forceinline__ unsigned int mf_pack_bf16x2(float lo, float hi) {
+#if __CUDA_ARCH__ >= 800
+  unsigned int x;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(x) : "f"(hi), "f"(lo));
+  if (lo != lo || hi != hi) x = (unsigned int)mf_float_to_bf16(lo) | ((unsigned int)mf_float_to_bf16(hi) << 16);
+  return x;
+#else
+  return (unsigned int)mf_float_to_bf16(lo) | ((unsigned int)mf_float_to_bf16(hi) << 16);
+#endif
+}
 __device__ __forceinline__ float mf_half_to_float(mf_half x) {
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(x));
@@ -49,6 +60,15 @@ __device__ __forceinline__ mf_half mf_float_to_half(float f) {
   mf_half x;
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(x) : "f"(f));
   return x;
+}
+__device__ __forceinline__ unsigned int mf_pack_halfx2(float lo, float hi) {
+#if __CUDA_ARCH__ >= 800
+  unsigned int x;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(x) : "f"(hi), "f"(lo));
+  return x;
+#else
+  return (unsigned int)mf_float_to_half(lo) | ((unsigned int)mf_float_to_half(hi) << 16);
+#endif
 }
 __device__ __forceinline__ float mf_max(float a, float b) { return (a != a || a > b) ? a : b; }
 __device__ __forceinline__ float mf_min(float a, float b) { return (a != a || a < b) ? a : b; }
@@ -147,6 +167,59 @@ std::string storeExpr(DataType dt, const std::string& value) {
   }
 }
 
+std::string storeSource(const TensorView* tv) {
+  // cast(x, half/bfloat16) computes round(x) back in float; storing it converts again. Both are asm
+  // conversions the compiler cannot merge (and conversions issue at a quarter of the FMA rate), so
+  // the store converts x itself: the same bits, one conversion per element.
+  const Expr* e = tv->definition();
+  const DataType dt = tv->dtype();
+  if (!compute_in_double && e != nullptr && e->op() == OpType::Cast && e->attrs().dtype == dt &&
+      (dt == DataType::Half || dt == DataType::BFloat16) && e->input(0)->isTensor()) {
+    return operandText(e->input(0));
+  }
+  return tensorLocal(tv);
+}
+
+std::string storeOf(const TensorView* tv) { return storeExpr(tv->dtype(), storeSource(tv)); }
+
+namespace {
+
+// Half/bfloat16 vectors of an even width convert two floats per instruction.
+bool packedStore(const TensorView* tv, int64_t vec) {
+  return !compute_in_double && vec % 2 == 0 && (tv->dtype() == DataType::BFloat16 || tv->dtype() == DataType::Half);
+}
+
+}  // namespace
+
+void emitStoreArrays(const std::vector<const TensorView*>& tvs, int64_t vec, const std::string& indent,
+                     std::ostringstream& os) {
+  for (const TensorView* tv : tvs) {
+    if (packedStore(tv, vec)) os << indent << "float f" << tv->name() << "[" << vec << "];\n";
+    else os << indent << "mf_array<" << cudaType(tv->dtype()) << ", " << vec << "> o" << tv->name() << ";\n";
+  }
+}
+
+std::string storeLane(const TensorView* tv, int64_t vec) {
+  if (packedStore(tv, vec)) return "f" + std::to_string(tv->name()) + "[k] = " + storeSource(tv) + ";";
+  return "o" + std::to_string(tv->name()) + ".v[k] = " + storeOf(tv) + ";";
+}
+
+void emitVectorStore(const TensorView* tv, int64_t vec, const std::string& dst, const std::string& indent,
+                     std::ostringstream& os) {
+  const std::string name = std::to_string(tv->name());
+  if (!packedStore(tv, vec)) {
+    os << indent << "*reinterpret_cast<mf_array<" << cudaType(tv->dtype()) << ", " << vec << ">*>(" << dst << ") = o"
+       << name << ";\n";
+    return;
+  }
+  const std::string words = "mf_array<unsigned int, " + std::to_string(vec / 2) + ">";
+  const std::string pack = tv->dtype() == DataType::BFloat16 ? "mf_pack_bf16x2" : "mf_pack_halfx2";
+  os << indent << "{\n" << indent << "  " << words << " p" << name << ";\n";
+  os << "#pragma unroll\n" << indent << "  for (int k = 0; k < " << vec / 2 << "; ++k) p" << name << ".v[k] = " << pack
+     << "(f" << name << "[2 * k], f" << name << "[2 * k + 1]);\n";
+  os << indent << "  *reinterpret_cast<" << words << "*>(" << dst << ") = p" << name << ";\n" << indent << "}\n";
+}
+
 std::string fillTemplate(const char* pattern, const std::vector<std::string>& operands) {
   std::string out;
   for (const char* c = pattern; *c != '\0'; ++c) {
@@ -192,9 +265,11 @@ std::string emitExpr(const Expr* e, const std::string& indent) {
 
 std::string indexType(bool index64) { return index64 ? "long long" : "int"; }
 
-std::string signature(const Analysis& a, const std::string& name_token, int64_t max_threads) {
+std::string signature(const Analysis& a, const std::string& name_token, int64_t max_threads, int64_t min_blocks) {
   std::ostringstream os;
-  os << "extern \"C\" __global__ void __launch_bounds__(" << max_threads << ") " << name_token << "(";
+  os << "extern \"C\" __global__ void __launch_bounds__(" << max_threads;
+  if (min_blocks > 0) os << ", " << min_blocks;
+  os << ") " << name_token << "(";
   std::vector<std::string> params;
   for (const TensorView* tv : a.tensor_inputs) {
     params.push_back("const " + cudaType(tv->dtype()) + "* __restrict__ " + tensorParam(tv));
@@ -330,7 +405,7 @@ void emitGroupCompute(const Region& r, const IndexPlan& p, int64_t vec, const st
   if (consume) consume(bi);
   for (const TensorView* tv : r.stores) {
     std::string dst = vec == 1 ? tensorParam(tv) + "[" + flat + "]" : "o" + std::to_string(tv->name()) + ".v[k]";
-    os << bi << dst << " = " << storeExpr(tv->dtype(), tensorLocal(tv)) << ";\n";
+    os << bi << dst << " = " << storeOf(tv) << ";\n";
   }
   if (vec > 1) {
     os << indent << "}\n";

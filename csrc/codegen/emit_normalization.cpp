@@ -3,16 +3,21 @@
 // striding the reduced rows, and combines the rows of threads' partials in shared memory.
 //
 // Requires: a Normalization Schedule (normalization.cpp). Guarantees: each row is processed by one
-// block (blockDim.y == 1) or one warp (blockDim.x == 32); loop s over the row's elements (thread
-// t owns vector groups t, t + blockDim.x, ...) computes the varying values homed at s and folds the
-// reductions of stage s into per-thread accumulators, which then combine across the warp
-// (__shfl_xor_sync, identical on every lane) and the block (shared memory, a fixed warp order), so
-// every thread holds the row's result for the next loop; deterministic, no atomics. Per-row values
-// are computed once per row by every thread; per-row outputs are stored by lane 0. A loop
-// recomputes the varying values it needs from the loads; persistent plans keep the raw vectors of
-// the loads that later loops read again in registers (fully unrolled `iters` groups, so each input
-// is read from memory once), multi-pass plans read them again. Varying loads and full outputs use
-// one `vec`-wide access per group.
+// block (blockDim.y == 1) or by blockDim.x <= 32 lanes of one warp (all rows of a warp leave the
+// row loop together: the scheduler keeps the row count a multiple of the rows per warp); loop s
+// over the row's elements (thread t owns vector groups t, t + blockDim.x, ...) computes the varying
+// values homed at s and folds the reductions of stage s into per-thread accumulators, which then
+// combine across the lanes (__shfl_xor_sync, identical on every lane) and the block (shared memory,
+// a fixed warp order; two slots used in turn, one barrier per reduction), so every thread holds
+// the row's result for the next loop; deterministic, no atomics. Per-row values are computed once
+// per row by every thread; per-row outputs are stored by lane 0. A loop recomputes the varying
+// values it needs from the loads, except the plan's cached (transcendental) values, which stay as
+// floats from their home loop (mf_e); persistent plans keep the raw vectors of the loads that
+// later loops read again in registers (fully unrolled `iters` groups, so each input is read from
+// memory once), multi-pass plans read them again; plans with `prefetch` loads load the thread's
+// next row during this one (mf_n). A division by a per-row value is a per-row reciprocal and a
+// multiply (<= 1.5 ulp instead of 0.5; not in double compute). Varying loads and full outputs use
+// one `vec`-wide access per group; half/bfloat16 outputs convert two lanes per cvt.
 #include <algorithm>
 #include <unordered_set>
 
@@ -30,6 +35,7 @@ std::string arrayOf(const TensorView* tv, int64_t vec) {
 struct LoopSets {
   std::vector<const TensorView*> loads;   // varying loads read in this loop
   std::vector<const Expr*> exprs;         // varying exprs computed in this loop (program order)
+  std::vector<const TensorView*> cache_reads;  // cached values read from their mf_e registers
   std::vector<const Expr*> reductions;    // accumulated in this loop
   std::vector<const TensorView*> stores;  // full outputs written in this loop
 };
@@ -60,7 +66,8 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
       if (reductions.count(e)) {
         if (p.stage.at(static_cast<const TensorView*>(e->input(0))) == l) ls.reductions.push_back(e);
       } else if (m.count(e->out())) {
-        ls.exprs.push_back(e);
+        if (p.cached.count(e->out()) && p.home.at(e->out()) != l) ls.cache_reads.push_back(e->out());
+        else ls.exprs.push_back(e);
       }
     }
     for (const TensorView* out : seg.outputs) {
@@ -69,11 +76,39 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
       if (here) ls.stores.push_back(out);
     }
   }
+  int block_reductions = 0;  // per row
+  for (const LoopSets& ls : sets) block_reductions += ls.reductions.empty() ? 0 : 1;
+  int next_slot = 0;
   size_t max_reductions = 1;
   for (const LoopSets& ls : sets) max_reductions = std::max(max_reductions, ls.reductions.size());
 
   std::ostringstream os;
-  os << prelude() << "\n" << signature(a, name_token, bx * by);
+  const bool guarded = p.iters * bx * v > s.red;
+  // Loads the loop-0 vectors of row `row_expr` into the mf_n arrays (persistent short rows).
+  auto emitPrefetch = [&](const std::string& row_expr, const std::string& ind) {
+    os << ind << "{  // the vectors of the thread's next row, in flight while this row computes\n";
+    os << ind << "  const " << it << " mf_row = " << row_expr << ";\n";
+    os << ind << "  if (mf_row < " << s.rows << ") {\n";
+    const std::string i2 = ind + "    ";
+    auto roff = emitOffsets(p.row_region, p.row_index, "mf_row", "rn", it, i2, os);
+    os << "#pragma unroll\n" << i2 << "for (int it = 0; it < " << p.iters << "; ++it) {\n";
+    os << i2 << "  const " << it << " j = " << timesText("(" + it + ")it * " + std::to_string(bx) + " + threadIdx.x", v)
+       << ";\n";
+    std::string i3 = i2 + "  ";
+    if (guarded) {
+      os << i3 << "if (j < " << s.red << ") {\n";
+      i3 += "  ";
+    }
+    auto coff = emitOffsets(p.col_region, p.col_index, "j", "jn", it, i3, os);
+    for (const TensorView* tv : p.loads) {
+      if (!p.prefetch.count(tv)) continue;
+      os << i3 << "mf_n" << tv->name() << "[it] = *reinterpret_cast<const " << arrayOf(tv, v) << "*>(" << tensorParam(tv)
+         << " + (" << roff.at(tv) << ") + " << coff.at(tv) << ");\n";
+    }
+    if (guarded) os << i2 << "  }\n";
+    os << i2 << "}\n" << ind << "  }\n" << ind << "}\n";
+  };
+  os << prelude() << "\n" << signature(a, name_token, bx * by, s.launch.min_blocks);
   os << "  // " << (p.outer ? "outer " : "") << "normalization: " << s.rows << " rows x " << s.red
      << " reduced elements, " << bx << " x " << by
      << " threads per block, " << v << " per vector, " << loops << " loop(s) over the row, "
@@ -87,8 +122,19 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
     os << "    const " << it << " row = row0 + threadIdx.x;  // this thread's kept element\n";
     os << "    const bool mf_active = row < " << s.rows << ";\n";
   } else {
-    if (block_mode) os << "  __shared__ float mf_red[" << max_reductions << "][32];\n";
+    if (block_mode) {
+      // Two slots used in turn: a slot is written again only after the next block reduction's
+      // barrier, which every reader of its last values has passed, so one barrier per reduction.
+      os << "  __shared__ float mf_red[2][" << max_reductions << "][32];\n";
+      if (block_reductions % 2 == 1) os << "  int mf_par = 0;  // the slot of the next block reduction\n";
+    }
     const std::string per_block = by == 1 ? "" : " * " + std::to_string(by);
+    if (!p.prefetch.empty()) {
+      for (const TensorView* tv : p.loads) {
+        if (p.prefetch.count(tv)) os << "  " << arrayOf(tv, v) << " mf_n" << tv->name() << "[" << p.iters << "];\n";
+      }
+      emitPrefetch("(" + it + ")blockIdx.x" + per_block + (by == 1 ? "" : " + threadIdx.y"), "  ");
+    }
     os << "  for (" << it << " row = (" << it << ")blockIdx.x" << per_block << (by == 1 ? "" : " + threadIdx.y")
        << "; row < " << s.rows << "; row += (" << it << ")gridDim.x" << per_block << ") {\n";
   }
@@ -106,7 +152,28 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
     for (const TensorView* tv : p.loads) {
       if (p.reread.count(tv)) os << "    " << arrayOf(tv, v) << " mf_c" << tv->name() << "[" << p.iters << "];\n";
     }
+    for (const Expr* e : seg.exprs) {  // in seg order: deterministic text
+      if (p.cached.count(e->out())) os << "    float mf_e" << e->out()->name() << "[" << p.iters * v << "];\n";
+    }
   }
+  // x / r with r the same along the row (softmax's sum): one reciprocal per row, then a multiply
+  // per element (an IEEE division per element is a MUFU op plus ~8 instructions). Not in double
+  // compute, which keeps divisions exact for integer tensors.
+  std::unordered_set<const TensorView*> reciprocals;
+  auto rowDivisor = [&](const Expr* e) -> const TensorView* {
+    if (a.compute_double || e->op() != OpType::Div || !e->input(1)->isTensor() || !e->input(0)->isTensor()) return nullptr;
+    const auto* d = static_cast<const TensorView*>(e->input(1));
+    return p.varies.at(d) ? nullptr : d;
+  };
+  auto emitVarying = [&](const Expr* e, const std::string& indent) {
+    const TensorView* d = rowDivisor(e);
+    if (d == nullptr) {
+      os << emitExpr(e, indent);
+      return;
+    }
+    os << indent << "const float " << tensorLocal(e->out()) << " = " << operandText(e->input(0)) << " * mf_rcp"
+       << d->name() << ";  // " << e->toString() << "\n";
+  };
   auto emitRowStage = [&](int stage) {
     for (const Expr* e : seg.exprs) {
       if (reductions.count(e) || p.varies.at(e->out()) || p.stage.at(e->out()) != stage) continue;
@@ -123,13 +190,17 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
   for (int l = 0; l < loops; ++l) {
     const LoopSets& ls = sets[static_cast<size_t>(l)];
     emitRowStage(l);
+    for (const Expr* e : ls.exprs) {
+      const TensorView* d = rowDivisor(e);
+      if (d == nullptr || !reciprocals.insert(d).second) continue;
+      os << "    const float mf_rcp" << d->name() << " = 1.0f / " << tensorLocal(d) << ";\n";
+    }
     os << "    // loop " << l << " over the row\n";
     for (const Expr* r : ls.reductions) {
       os << "    float " << tensorLocal(r->out()) << " = " << opInfo(r->op()).cuda_init << ";  // " << r->toString()
          << "\n";
     }
     std::string in = "      ";
-    const bool guarded = p.iters * bx * v > s.red;
     auto persistentHeader = [&]() {
       os << "#pragma unroll\n    for (int it = 0; it < " << p.iters << "; ++it) {\n";
       os << "      const " << it << " j = " << timesText("(" + it + ")it * " + std::to_string(bx) + " + threadIdx.x", v)
@@ -155,12 +226,19 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
         persistentHeader();
         auto col_off = emitOffsets(p.col_region, p.col_index, "j", "jc", it, in, os);
         for (const TensorView* tv : fresh) {
+          if (p.prefetch.count(tv)) {
+            os << in << "mf_c" << tv->name() << "[it] = mf_n" << tv->name() << "[it];\n";
+            continue;
+          }
           os << in << "mf_c" << tv->name() << "[it] = *reinterpret_cast<const " << arrayOf(tv, v) << "*>("
              << tensorParam(tv) << " + " << offset(tv, col_off) << ");\n";
         }
         if (guarded) os << "      }\n";
         os << "    }\n";
         in = "      ";
+        if (l == 0 && !p.prefetch.empty()) {
+          emitPrefetch("row + (" + it + ")gridDim.x" + (by == 1 ? "" : " * " + std::to_string(by)), "    ");
+        }
       }
       persistentHeader();
     } else if (p.outer) {
@@ -181,9 +259,7 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
       os << in << "const " << arrayOf(tv, v) << " v" << name << " = *reinterpret_cast<const " << arrayOf(tv, v) << "*>("
          << tensorParam(tv) << " + " << offset(tv, col_off) << ");\n";
     }
-    if (v > 1) {
-      for (const TensorView* tv : ls.stores) os << in << arrayOf(tv, v) << " o" << tv->name() << ";\n";
-    }
+    if (v > 1) emitStoreArrays(ls.stores, v, in, os);
     std::string lane = in;
     if (v > 1) {
       os << "#pragma unroll\n" << in << "for (int k = 0; k < " << v << "; ++k) {\n";
@@ -193,24 +269,31 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
       std::string src = "v" + std::to_string(tv->name()) + (v > 1 ? ".v[k]" : ".v[0]");
       os << lane << "const float " << tensorLocal(tv) << " = " << loadExpr(tv->dtype(), src) << ";\n";
     }
-    for (const Expr* e : ls.exprs) os << emitExpr(e, lane);
+    const std::string slot = p.persistent ? (v > 1 ? "[it * " + std::to_string(v) + " + k]" : "[it]") : "";
+    for (const TensorView* tv : ls.cache_reads) {
+      os << lane << "const float " << tensorLocal(tv) << " = mf_e" << tv->name() << slot << ";\n";
+    }
+    for (const Expr* e : ls.exprs) {
+      emitVarying(e, lane);
+      if (p.cached.count(e->out())) os << lane << "mf_e" << e->out()->name() << slot << " = " << tensorLocal(e->out()) << ";\n";
+    }
     for (const Expr* r : ls.reductions) {
       const std::string acc = tensorLocal(r->out());
       os << lane << acc << " = " << fillTemplate(opInfo(r->op()).cuda_combine, {acc, operandText(r->input(0))})
          << ";\n";
     }
     for (const TensorView* tv : ls.stores) {
-      std::string dst = v > 1     ? "o" + std::to_string(tv->name()) + ".v[k]"
-                        : p.outer ? tensorParam(tv) + "[j * " + std::to_string(s.rows) + " + row]"
-                                  : tensorParam(tv) + "[row * " + red_text + " + j]";
-      os << lane << dst << " = " << storeExpr(tv->dtype(), tensorLocal(tv)) << ";\n";
+      if (v > 1) {
+        os << lane << storeLane(tv, v) << "\n";
+        continue;
+      }
+      std::string dst = p.outer ? tensorParam(tv) + "[j * " + std::to_string(s.rows) + " + row]"
+                                : tensorParam(tv) + "[row * " + red_text + " + j]";
+      os << lane << dst << " = " << storeOf(tv) << ";\n";
     }
     if (v > 1) {
       os << in << "}\n";
-      for (const TensorView* tv : ls.stores) {
-        os << in << "*reinterpret_cast<" << arrayOf(tv, v) << "*>(" << tensorParam(tv) << " + row * " << red_text
-           << " + j) = o" << tv->name() << ";\n";
-      }
+      for (const TensorView* tv : ls.stores) emitVectorStore(tv, v, tensorParam(tv) + " + row * " + red_text + " + j", in, os);
     }
     if (p.persistent && guarded) os << "      }\n";
     os << "    }\n";
@@ -237,24 +320,27 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
     }
     // Combine the loop's reductions over the warp, then the block.
     for (const Expr* r : ls.reductions) {
+      if (!block_mode && bx == 1) break;  // a row per thread: nothing to combine
       const std::string acc = tensorLocal(r->out());
-      os << "    for (int o = 16; o > 0; o >>= 1) " << acc << " = "
+      os << "    for (int o = " << (block_mode ? 16 : bx / 2) << "; o > 0; o >>= 1) " << acc << " = "
          << fillTemplate(opInfo(r->op()).cuda_combine, {acc, "__shfl_xor_sync(0xffffffffu, " + acc + ", o)"}) << ";\n";
     }
     if (block_mode && !ls.reductions.empty()) {
-      os << "    __syncthreads();  // earlier readers of mf_red are done\n";
+      const std::string slot = "mf_red[" + (block_reductions % 2 == 1 ? std::string("mf_par") : std::to_string(next_slot)) + "]";
+      next_slot ^= 1;
       os << "    if ((threadIdx.x & 31) == 0) {\n";
       for (size_t i = 0; i < ls.reductions.size(); ++i) {
-        os << "      mf_red[" << i << "][threadIdx.x >> 5] = " << tensorLocal(ls.reductions[i]->out()) << ";\n";
+        os << "      " << slot << "[" << i << "][threadIdx.x >> 5] = " << tensorLocal(ls.reductions[i]->out()) << ";\n";
       }
       os << "    }\n    __syncthreads();\n";
       for (size_t i = 0; i < ls.reductions.size(); ++i) {
         const Expr* r = ls.reductions[i];
         const std::string acc = tensorLocal(r->out());
-        os << "    " << acc << " = mf_red[" << i << "][0];\n";
+        os << "    " << acc << " = " << slot << "[" << i << "][0];\n";
         os << "    for (int w = 1; w < " << bx / 32 << "; ++w) " << acc << " = "
-           << fillTemplate(opInfo(r->op()).cuda_combine, {acc, "mf_red[" + std::to_string(i) + "][w]"}) << ";\n";
+           << fillTemplate(opInfo(r->op()).cuda_combine, {acc, slot + "[" + std::to_string(i) + "][w]"}) << ";\n";
       }
+      if (block_reductions % 2 == 1) os << "    mf_par ^= 1;\n";
     }
   }
   emitRowStage(loops);

@@ -38,7 +38,7 @@ void emitRegionBody(const Region& r, const IndexPlan& p, const std::string& flat
   }
   for (const Expr* e : r.exprs) os << emitExpr(e, indent);
   for (const TensorView* tv : r.stores) {
-    os << indent << tensorParam(tv) << "[" << flat << "] = " << storeExpr(tv->dtype(), tensorLocal(tv)) << ";\n";
+    os << indent << tensorParam(tv) << "[" << flat << "] = " << storeOf(tv) << ";\n";
   }
 }
 

@@ -107,6 +107,12 @@ struct NormPlan {
   // Per loop, the varying tensors it computes (recomputed from the loads where an earlier loop had
   // them too: cheaper than keeping float copies live) and the varying loads it reads.
   std::vector<std::unordered_set<const TensorView*>> loop_values;
+  // Persistent plans: transcendental varying values that later loops need again, kept as floats
+  // from their home loop (mf_e arrays) instead of recomputed.
+  std::unordered_set<const TensorView*> cached;
+  // Persistent short rows: the loop-0 loads of the thread's next row are issued while this row
+  // computes (mf_n arrays), so a row's reductions do not leave the memory system idle.
+  std::unordered_set<const TensorView*> prefetch;
   // Row-dependent varying loads read again after their first loop: persistent plans keep their
   // raw vectors in registers; multi-pass plans, and loads the same for every row (weights), read
   // them again from memory.
@@ -134,9 +140,10 @@ struct Schedule {
   KernelLaunch launch;
   NormPlan norm;  // Normalization only
   // Transpose: the merged domain axis (of main_index.dims) along which the transposed loads are
-  // contiguous; tiles of 32 x 32 over (that axis, the innermost axis) go through shared memory.
+  // contiguous; tiles of 64 x 16 vec over (that axis, the innermost axis) go through shared memory.
   int64_t transpose_axis = -1;
   std::vector<const TensorView*> transposed;  // loads read through the tile
+  int64_t vec_a = 1;  // transpose: 2 when every transposed load reads two A-adjacent elements as one vector
 };
 
 bool chooseSchedule(const Analysis& a, const CodegenOptions& options, Schedule* s, std::string* why);
@@ -163,6 +170,17 @@ std::string tensorParam(const TensorView* tv);        // "T3"
 std::string operandText(const Val* v);                // "t3", "s2" or a float literal
 std::string loadExpr(DataType dt, const std::string& element);  // element -> float
 std::string storeExpr(DataType dt, const std::string& value);   // float -> storage
+// The store of tv's local (a cast to the storage type stores its input: one conversion).
+std::string storeOf(const TensorView* tv);
+std::string storeSource(const TensorView* tv);  // the float local storeOf converts
+// Vector stores of `vec` elements per thread from a `for k < vec` loop: emitStoreArrays declares
+// the per-output staging (half/bfloat16 at an even width: floats converted two per instruction
+// after the loop), storeLane is the statement for lane k, emitVectorStore writes one vector at dst.
+void emitStoreArrays(const std::vector<const TensorView*>& tvs, int64_t vec, const std::string& indent,
+                     std::ostringstream& os);
+std::string storeLane(const TensorView* tv, int64_t vec);
+void emitVectorStore(const TensorView* tv, int64_t vec, const std::string& dst, const std::string& indent,
+                     std::ostringstream& os);
 std::string floatLiteral(double v);
 // "float t5 = <expr>;" lines for `e` (one per tensor output).
 std::string emitExpr(const Expr* e, const std::string& indent);
@@ -170,7 +188,7 @@ std::string emitExpr(const Expr* e, const std::string& indent);
 std::string fillTemplate(const char* pattern, const std::vector<std::string>& operands);
 std::string prelude();
 // Kernel signature: inputs, outputs, scalar doubles; then the scalar locals.
-std::string signature(const Analysis& a, const std::string& name_token, int64_t max_threads);
+std::string signature(const Analysis& a, const std::string& name_token, int64_t max_threads, int64_t min_blocks = 0);
 std::string indexType(bool index64);
 // Emits the decomposition of `flat` over plan.dims (only when some loaded tensor is not linear) and
 // returns each loaded tensor's offset expression.

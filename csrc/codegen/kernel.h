@@ -30,6 +30,7 @@ struct KernelLaunch {
   int64_t grid_x = 1, grid_y = 1, grid_z = 1;
   int64_t block_x = 1, block_y = 1, block_z = 1;
   int64_t shared_mem_bytes = 0;
+  int64_t min_blocks = 0;  // resident blocks per SM asked of ptxas in __launch_bounds__ (0: none)
 };
 
 struct GeneratedKernel {

@@ -31,7 +31,7 @@ def kernels(name, dtype, rows, cols, transposed=False):
 
 
 def scheduler_of(source):
-    return re.search(r"void __launch_bounds__\(\d+\) mf_(\w+?)_[0-9a-f]{16}\(", source).group(1)
+    return re.search(r"void __launch_bounds__\(\d+(?:, \d+)?\) mf_(\w+?)_[0-9a-f]{16}\(", source).group(1)
 
 
 @pytest.mark.parametrize("name", list(norm_patterns.PATTERNS))
@@ -54,14 +54,23 @@ def test_softmax_reads_the_row_once_in_registers():
     assert "persistent" in src and "multi-pass" not in src
     # x is read with one 16-byte access per group, in the first loop only; out written once.
     assert src.count("reinterpret_cast<const mf_array<mf_bf16, 8>*>(T0 +") == 1
-    assert src.count("reinterpret_cast<mf_array<mf_bf16, 8>*>(T") == 1
+    # The output: eight bf16 as four pairs converted by one cvt each, one 16-byte store.
+    assert src.count("reinterpret_cast<mf_array<unsigned int, 4>*>(T") == 1 and "mf_pack_bf16x2(" in src
     assert "// loop 2 over the row" in src and "// loop 3" not in src  # max, sum of exp, output
+    # exp(x - max) is computed once (kept as floats for the output loop); the sum is inverted once per row.
+    assert src.count("= expf(") == 1 and "mf_e5[" in src
+    assert "1.0f / t7" in src and "t5 * mf_rcp7" in src
     assert "__shfl_xor_sync" in src and "mf_red" in src
 
 
 def test_short_rows_take_a_warp_each():
+    # 32 vectors of 8: half a warp per row, two vectors per lane, shuffles within the half.
     (src,) = kernels("rms_norm", torch.bfloat16, 262144, 256)
-    assert "32 x 8 threads per block" in src and "mf_red" not in src
+    assert "16 x 16 threads per block" in src and "mf_red" not in src
+    assert "for (int o = 8; o > 0; o >>= 1)" in src
+    # An odd row count would leave half a warp in the row loop alone: whole warps per row then.
+    (src,) = kernels("rms_norm", torch.bfloat16, 7, 256)
+    assert "32 x 8 threads per block" in src
 
 
 def test_long_rows_are_multi_pass_in_one_kernel():
@@ -133,7 +142,9 @@ def test_corpus_compiles_with_nvcc_for_sm90(tmp_path):
 def test_transposed_operand_goes_through_a_shared_memory_tile():
     (src,) = kernels("transposed_add", torch.bfloat16, 1000, 777)
     assert scheduler_of(src) == "transpose"
-    assert src.count("__shared__ float mf_tile") == 1 and "[32][33]" in src
+    # B = 777 is odd: scalar accesses along B, a 16 x 64 tile; A = 1000 is even: pairs along A.
+    assert src.count("__shared__ float mf_tile") == 1 and "[16][64]" in src
+    assert "make_float2(" in src and "al ^ sw" in src
 
 
 def test_same_stride_order_stays_pointwise():
