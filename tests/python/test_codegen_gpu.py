@@ -206,10 +206,10 @@ def test_random_normalization_fusions(pre, reduce_op, combine, post, second, row
     """A random prologue, a reduction broadcast back and combined with the row, an optional second
     reduction of the result (broadcast back again), a random epilogue; optionally a weight along
     the row and the first statistic as a second output. One normalization kernel, ATen's numbers."""
-    def build(dt):
+    def build(dt, compute=DataType.Float):
         with FusionDefinition() as fd:
-            x = fd.ops.cast(fd.define_tensor([-1, -1], dtype=dt), DataType.Float)
-            w = fd.ops.cast(fd.define_tensor([-1], dtype=dt), DataType.Float) if weight else None
+            x = fd.ops.cast(fd.define_tensor([-1, -1], dtype=dt), compute)
+            w = fd.ops.cast(fd.define_tensor([-1], dtype=dt), compute) if weight else None
             t = x
             for op in pre:
                 t = getattr(fd.ops, op)(t)
@@ -234,6 +234,13 @@ def test_random_normalization_fusions(pre, reduce_op, combine, post, second, row
     inputs = [torch.randn(rows, cols).to(dtype)] + ([(torch.rand(cols) + 0.5).to(dtype)] if weight else [])
     reference = build(DataType.Float).execute([t.float() for t in inputs])
     assume(all(bool(torch.isfinite(r).all()) for r in reference))
+    # Ill-conditioned draws (sin of exp(exp(x)) ~ 1e5 turns the last bit of expf into 0.02) are
+    # skipped: when float32 on the CPU already misses the float64 result by more than the
+    # tolerance, no float32 kernel can be held to it.
+    exact = build(DataType.Double, DataType.Double).execute([t.double() for t in inputs])
+    tol32 = 2e-4
+    assume(all(bool(torch.allclose(r.double(), e, rtol=tol32, atol=tol32 * max(1.0, float(e.abs().max()) if e.numel() else 1.0),
+                                    equal_nan=True)) for r, e in zip(reference, exact)))
     with meshfuser.Profiler() as prof:
         result = build(DTYPES[dtype]).execute([t.cuda() for t in inputs])
     assert [k.scheduler for k in prof.profile.kernel_profiles] == ["normalization"]
