@@ -185,6 +185,40 @@ TensorView pad(const TensorView& x, const std::vector<int64_t>& pad_widths, doub
 TensorView strideOrder(const TensorView& x, const std::vector<int64_t>& stride_order) {
   return wrap(mf::strideOrder(in(x), stride_order));
 }
+TensorView div(const TensorView& a, const TensorView& b) { return binary(mf::OpType::Div, a, b, "div"); }
+TensorView add(const TensorView& x, double value) {
+  return wrap(mf::binaryOp(mf::OpType::Add, in(x), in(x)->fusion()->newScalar(mf::DataType::Double, value)));
+}
+TensorView mul(const TensorView& x, double value) {
+  return wrap(mf::binaryOp(mf::OpType::Mul, in(x), in(x)->fusion()->newScalar(mf::DataType::Double, value)));
+}
+TensorView rsqrt(const TensorView& x) { return wrap(mf::unaryOp(mf::OpType::Rsqrt, in(x))); }
+TensorView sigmoid(const TensorView& x) { return wrap(mf::unaryOp(mf::OpType::Sigmoid, in(x))); }
+TensorView silu(const TensorView& x) { return wrap(mf::unaryOp(mf::OpType::Silu, in(x))); }
+TensorView broadcastInDim(const TensorView& x, const std::vector<int64_t>& shape,
+                          const std::vector<int64_t>& broadcast_dims) {
+  return wrap(mf::broadcastInDim(in(x), shape, broadcast_dims));
+}
+
+namespace {
+mf::AttentionOptions toInternal(const AttentionOptions& o) { return {o.dropout_p, o.is_causal, o.scale}; }
+}  // namespace
+
+AttentionForward sdpfaFwd(const TensorView& q, const TensorView& k, const TensorView& v, const AttentionOptions& options) {
+  OpAccess::same(q, k, "sdpfaFwd");
+  OpAccess::same(q, v, "sdpfaFwd");
+  auto outs = mf::sdpfaFwd(in(q), in(k), in(v), toInternal(options));
+  return {wrap(outs.at(0)), wrap(outs.at(1)), wrap(outs.at(2)), wrap(outs.at(3))};
+}
+AttentionGradients sdpfaBwd(const TensorView& grad_attn, const TensorView& q, const TensorView& k, const TensorView& v,
+                            const AttentionForward& forward, const AttentionOptions& options) {
+  for (const TensorView* t : {&q, &k, &v, &forward.attn, &forward.logsumexp, &forward.seed, &forward.offset}) {
+    OpAccess::same(grad_attn, *t, "sdpfaBwd");
+  }
+  auto outs = mf::sdpfaBwd(in(grad_attn), in(q), in(k), in(v), in(forward.attn), in(forward.logsumexp),
+                           in(forward.seed), in(forward.offset), toInternal(options));
+  return {wrap(outs.at(0)), wrap(outs.at(1)), wrap(outs.at(2))};
+}
 }  // namespace ops
 
 }  // namespace meshfuser

@@ -125,6 +125,40 @@ TensorView slice(const TensorView& x, const std::vector<int64_t>& starts, const 
 TensorView cat(const std::vector<TensorView>& xs, int64_t dim);
 TensorView pad(const TensorView& x, const std::vector<int64_t>& pad_widths, double value = 0.0);
 TensorView strideOrder(const TensorView& x, const std::vector<int64_t>& stride_order);
+
+// The rest of a transformer layer: division, the normalizations' pointwise ops, a constant
+// operand (of the tensor's computation type, as Python's fd.ops.add(x, 1.0)), broadcasting.
+TensorView div(const TensorView& a, const TensorView& b);
+TensorView add(const TensorView& x, double value);
+TensorView mul(const TensorView& x, double value);
+TensorView rsqrt(const TensorView& x);
+TensorView sigmoid(const TensorView& x);
+TensorView silu(const TensorView& x);
+// x's axes land on `broadcast_dims` of `shape`; the other axes are broadcast (extent 1 or -1).
+TensorView broadcastInDim(const TensorView& x, const std::vector<int64_t>& shape,
+                          const std::vector<int64_t>& broadcast_dims);
+
+// PyTorch's fused attention (nvFuser's sdpfa_fwd/bwd). q, k, v: [batch.., heads, seq, head_dim];
+// flash attention on CUDA (half, bfloat16), the CPU kernel on CPU (no dropout there). Sharded over
+// batch or heads it moves no data. Unset options take PyTorch's defaults.
+struct AttentionOptions {
+  std::optional<double> dropout_p;
+  std::optional<bool> is_causal;
+  std::optional<double> scale;
+};
+struct AttentionForward {
+  TensorView attn;       // [batch.., heads, seq_q, head_dim]
+  TensorView logsumexp;  // float [batch.., heads, seq_q]
+  TensorView seed, offset;  // 0-d int64: the RNG state the backward needs
+};
+AttentionForward sdpfaFwd(const TensorView& q, const TensorView& k, const TensorView& v,
+                          const AttentionOptions& options = {});
+struct AttentionGradients {
+  TensorView grad_q, grad_k, grad_v;
+};
+// The forward's options must be given again.
+AttentionGradients sdpfaBwd(const TensorView& grad_attn, const TensorView& q, const TensorView& k, const TensorView& v,
+                            const AttentionForward& forward, const AttentionOptions& options = {});
 }  // namespace ops
 
 }  // namespace meshfuser
