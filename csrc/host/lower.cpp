@@ -122,7 +122,7 @@ Communication lowerSameMeshOrMove(HostProgram& hp, Expr* e, int64_t rank) {
     if (p_sharded && q_sharded) {
       DeviceSplit ps = deviceSplit(p, pt);
       DeviceSplit qs = deviceSplit(q, pt);
-      MF_USER_CHECK(ps.outer == qs.outer && ps.inner == qs.inner && ps.whole_axis == qs.whole_axis, e->toString(),
+      MF_USER_CHECK(ps.signature == qs.signature && ps.whole_axis == qs.whole_axis, e->toString(),
                     ": between different meshes, a sharded tensor moves only with the same split on both sides; ",
                     p->toString(), " and ", q->toString(), " split axis ", ps.axis, " differently on ", toString(pt));
       MF_USER_CHECK(p2c[ps.axis] == qs.axis && senders.size() == receivers.size(), e->toString(),

@@ -72,19 +72,36 @@ bool shardAxis(TensorView* tv, int64_t axis, const DeviceSplit& like, bool besid
     if (!beside_other_kind || other->isReduction() == id->isReduction()) return false;
   }
   auto in_loop = [&](const IterDomain* x) { return std::find(tv->loop().begin(), tv->loop().end(), x) != tv->loop().end(); };
-  // The axis itself, or the one part of it that other device splits leave.
+  // The axis itself, or the part of it that other device splits left: a piece of d elements
+  // placed as `like` says (the copy of an outer device split left it), else the one part left.
   IterDomain* target = id;
   if (!in_loop(id)) {
     if (like.whole_axis) return false;
-    target = nullptr;
-    int64_t parts = 0;
-    for (IterDomain* leaf : splitLeaves(tv, id)) {
+    std::vector<IterDomain*> leaves = splitLeaves(tv, id);
+    std::vector<IterDomain*> parts;
+    for (IterDomain* leaf : leaves) {
       if (leaf->parallelType() == pt) return false;  // already split on pt (an rfactored partial, say)
-      if (leaf->isDeviceDim()) continue;
-      target = leaf;
-      ++parts;
+      if (!leaf->isDeviceDim()) parts.push_back(leaf);
     }
-    if (parts != 1 || !in_loop(target)) return false;
+    auto product = [&](size_t from, size_t to) {
+      int64_t p = 1;
+      for (size_t i = from; i < to; ++i) {
+        if (!parts[i]->extent().isConst()) return DeviceSplit::kRest;
+        p *= parts[i]->extent().value;
+      }
+      return p;
+    };
+    for (size_t i = 0; i < parts.size(); ++i) {
+      const Extent& e = parts[i]->extent();
+      bool placed = like.outer != DeviceSplit::kRest ? product(0, i) == like.outer
+                                                     : product(i + 1, parts.size()) == like.inner;
+      if (e.isConst() && e.value == d && placed && in_loop(parts[i])) {
+        tv->parallelize(std::find(tv->loop().begin(), tv->loop().end(), parts[i]) - tv->loop().begin(), pt);
+        return true;
+      }
+    }
+    if (parts.size() != 1 || !in_loop(parts[0])) return false;
+    target = parts[0];
   }
   int64_t pos = std::find(tv->loop().begin(), tv->loop().end(), target) - tv->loop().begin();
   const Extent& extent = target->extent();
@@ -97,7 +114,7 @@ bool shardAxis(TensorView* tv, int64_t axis, const DeviceSplit& like, bool besid
   }
   // Nested in another device split, an indivisible part means this layout does not fit here.
   if (target != id && extent.isConst()) {
-    int64_t need = like.outer == 1 || like.inner == 1 ? d : like.outer != DeviceSplit::kRest ? like.outer * d : like.inner * d;
+    int64_t need = like.outer == 1 || like.inner_all == 1 ? d : like.outer != DeviceSplit::kRest ? like.outer * d : like.inner_all * d;
     if (extent.value % need != 0) return false;
   }
   auto check_divides = [&](int64_t n) {
@@ -109,7 +126,7 @@ bool shardAxis(TensorView* tv, int64_t axis, const DeviceSplit& like, bool besid
     check_divides(d);
     tv->split(pos, d, /*inner_split=*/false);
     tv->parallelize(pos, pt);
-  } else if (like.inner == 1) {  // [rest, d]
+  } else if (like.inner_all == 1) {  // [rest, d]
     check_divides(d);
     tv->split(pos, d, /*inner_split=*/true);
     tv->parallelize(pos + 1, pt);
@@ -118,9 +135,9 @@ bool shardAxis(TensorView* tv, int64_t axis, const DeviceSplit& like, bool besid
     tv->split(pos, like.outer, /*inner_split=*/false);
     tv->split(pos + 1, d, /*inner_split=*/false);
     tv->parallelize(pos + 1, pt);
-  } else {  // [rest, d, inner]
-    check_divides(like.inner * d);
-    tv->split(pos, like.inner, /*inner_split=*/true);
+  } else {  // [rest, d, inner] (inner holding the device pieces that come after, for their copy)
+    check_divides(like.inner_all * d);
+    tv->split(pos, like.inner_all, /*inner_split=*/true);
     tv->split(pos, d, /*inner_split=*/true);
     tv->parallelize(pos + 1, pt);
   }

@@ -120,18 +120,24 @@ DeviceSplit deviceSplitOf(const TensorView* tv, IterDomain* loop_id, const std::
   int64_t at = indexIn(leaves, loop_id);
   MF_CHECK(at >= 0, tv->toString(), ": ", loop_id->toString(), " is not a leaf of the splits of ", root->toString());
   // Products of the other non-device leaves before and after the device leaf (kRest if symbolic).
-  auto product = [&](int64_t from, int64_t to) {
+  auto product = [&](int64_t from, int64_t to, bool with_devices) {
     int64_t p = 1;
     for (int64_t i = from; i < to; ++i) {
       const IterDomain* leaf = leaves[static_cast<size_t>(i)];
-      if (leaf->isDeviceDim()) continue;
+      if (leaf->isDeviceDim() && !with_devices) continue;
+      if (leaf->isDeviceDim()) {
+        p *= tv->mesh().size(leaf->parallelType());
+        continue;
+      }
       if (!leaf->extent().isConst()) return DeviceSplit::kRest;
       p *= leaf->extent().value;
     }
     return p;
   };
-  s.outer = product(0, at);
-  s.inner = product(at + 1, static_cast<int64_t>(leaves.size()));
+  const int64_t n_leaves = static_cast<int64_t>(leaves.size());
+  s.outer = product(0, at, false);
+  s.inner = product(at + 1, n_leaves, false);
+  s.inner_all = product(at + 1, n_leaves, true);
   // The signature: runs of non-device leaves multiplied out, extents of 1 dropped.
   std::string run;
   int64_t run_product = 1;
@@ -160,9 +166,10 @@ DeviceSplit deviceSplitOf(const TensorView* tv, IterDomain* loop_id, const std::
       run_symbolic = true;
     }
   }
-  // After the device leaf: the rest of the axis, which the inner product pins down when the outer
-  // part is symbolic.
-  if (s.outer == DeviceSplit::kRest) s.signature += "|" + std::to_string(s.inner);
+  // After the device leaf: the rest of the axis, which the product of everything after it (other
+  // device pieces included: taken whole, they still space this one's elements) pins down when the
+  // outer part is symbolic.
+  if (s.outer == DeviceSplit::kRest) s.signature += "|" + std::to_string(s.inner_all);
   MF_USER_CHECK(s.outer != DeviceSplit::kRest || s.inner != DeviceSplit::kRest, tv->toString(), ": ", toString(s.pt),
                 " on ", loop_id->toString(), " has symbolic extents on both sides; split by constant factors");
   return s;

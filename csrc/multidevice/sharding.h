@@ -34,6 +34,9 @@ struct DeviceSplit {
   static constexpr int64_t kRest = -1;
   int64_t outer = 1;
   int64_t inner = kRest;
+  // The product of everything after the device part, other device pieces included (kRest if
+  // symbolic): how far apart this device's runs of elements sit.
+  int64_t inner_all = kRest;
   // Device leaves of other parallel types before this one on the same axis (they pick the part of
   // the axis this one splits: [DIDx, DIDy, rest] splits DIDx's block on DIDy).
   int64_t depth = 0;

@@ -17,6 +17,11 @@ at::Tensor teamIndex(const TeamIndex& t, int64_t rank, int64_t n, const ExtentBi
   };
   // Both lists are ascending: local order is row-major over the split leaves.
   std::vector<int64_t> whole = positions(t.whole_view, t.whole_axis, -1);
+  if (t.source_view != nullptr) {
+    MF_CHECK(positions(t.source_view, t.source_axis, -1) == whole, t.source_view->toString(), " axis ", t.source_axis,
+             " does not hold the elements ", t.whole_view->toString(), " takes along ", toString(t.pt), " on rank ",
+             rank, ": the plan pairs tensors split differently");
+  }
   std::vector<int64_t> index;
   index.reserve(whole.size());
   for (int64_t j = 0; j < n; ++j) {

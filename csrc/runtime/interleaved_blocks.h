@@ -19,6 +19,10 @@ struct TeamIndex {
   const TensorView* whole_view = nullptr;   // the tensor the members' elements are placed in
   int64_t whole_axis = -1;
   ParallelType pt = ParallelType::DIDx;
+  // When the members' elements are picked from a tensor other than the whole view (LocalSlice,
+  // ReduceScatter): that tensor and axis, whose elements must be exactly the whole view's.
+  const TensorView* source_view = nullptr;
+  int64_t source_axis = -1;
 };
 
 // For members 0..n-1 of the team along pt, concatenated: each member's elements' indices along the

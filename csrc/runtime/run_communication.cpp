@@ -87,7 +87,8 @@ void FusionExecutor::runCommunication(const Communication& c, std::unordered_map
                     x.size(axis), " does not split evenly over ", n, " devices; uneven sharding is not supported");
       int64_t len = x.size(axis) / n;
       if (c.layout.by_index) {
-        at::Tensor index = teamIndex({c.output, axis, c.output, axis, c.pt}, rank, n, bindings, x.device());
+        at::Tensor index =
+            teamIndex({c.output, axis, c.output, axis, c.pt, c.input, axis}, rank, n, bindings, x.device());
         at::Tensor mine = x.index_select(axis, index.narrow(0, me * len, len));
         finish([mine] { return mine; });
         return;
@@ -121,7 +122,11 @@ void FusionExecutor::runCommunication(const Communication& c, std::unordered_map
       const int64_t axis = c.layout.send_blocks_axis;
       at::Tensor send =
           c.layout.by_index
-              ? memberBlocksByIndex(x, axis, teamIndex({c.output, axis, c.output, axis, c.pt}, rank, n, bindings, x.device()), n)
+              ? memberBlocksByIndex(x, axis,
+                                    teamIndex({c.output, axis, c.output, axis, c.pt, c.input,
+                                               axis < c.layout.drop_axis || c.layout.drop_axis < 0 ? axis : axis + 1},
+                                              rank, n, bindings, x.device()),
+                                    n)
               : blocksOutermost(x, axis, n);
       std::vector<int64_t> out_shape(send.sizes().begin() + 1, send.sizes().end());
       at::Tensor buf = at::empty(out_shape, x.options());

@@ -166,15 +166,15 @@ TEST(DecomposeReshardings, ChainOfSetsOnATwoDimensionalMesh) {
     OuterSplit(i1{6}, factor 2) -> iDIDx6{2}, i7{3}
     loop: [iDIDy4{2}, i5{2}, iDIDx6{2}, i7{3}]
   T4 = set(T0)
-    T4_float[i22{4}, i23{6}] mesh=[[0 1] [2 3]]
-    OuterSplit(i22{4}, factor 2) -> iDIDy24{2}, i25{2}
-    loop: [iDIDy24{2}, i25{2}, i23{6}]
+    T4_float[i20{4}, i21{6}] mesh=[[0 1] [2 3]]
+    OuterSplit(i20{4}, factor 2) -> iDIDy22{2}, i23{2}
+    loop: [iDIDy22{2}, i23{2}, i21{6}]
   T5 = set(T4)
-    T5_float[i26{4}, i27{6}] mesh=[[0 1] [2 3]]
+    T5_float[i24{4}, i25{6}] mesh=[[0 1] [2 3]]
   T6 = set(T5)
-    T6_float[i28{4}, i29{6}] mesh=[[0 1] [2 3]]
-    OuterSplit(i28{4}, factor 2) -> iDIDx30{2}, i31{2}
-    loop: [iDIDx30{2}, i31{2}, i29{6}]
+    T6_float[i26{4}, i27{6}] mesh=[[0 1] [2 3]]
+    OuterSplit(i26{4}, factor 2) -> iDIDx28{2}, i29{2}
+    loop: [iDIDx28{2}, i29{2}, i27{6}]
   T1 = set(T6)
     T1_float[i2{4}, i3{6}] mesh=[[0 1] [2 3]]
     OuterSplit(i2{4}, factor 2) -> iDIDx8{2}, i9{2}

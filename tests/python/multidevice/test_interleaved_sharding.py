@@ -320,3 +320,60 @@ def test_reshape_of_interleaved_rows(multidevice_test, keeps_axis):
         gathered = 4 * d * 6 * F32
         assert comms == _expect(d, ("Allgather", (d - 1) * gathered // d, (d - 1) * gathered // d))
         torch.testing.assert_close(result.cpu(), ux.reshape(2 * d, 2, 6))
+
+
+def _stacked(tv, mesh):
+    """[rest, mesh_x, mesh_y] on axis 0: two inner splits, mesh_y innermost."""
+    tv.set_device_mesh(mesh)
+    tv.inner_split(0, 2)
+    tv.axis(1).parallelize(MESH_Y)
+    tv.inner_split(0, 2)
+    tv.axis(1).parallelize(MESH_X)
+
+
+@pytest.mark.parametrize("symbolic", [False, True], ids=["constant", "symbolic"])
+def test_two_stacked_interleaved_splits_propagate_exactly(multidevice_test, symbolic):
+    # [rest, mesh_x, mesh_y] copied onto an unannotated pointwise result keeps both pieces in
+    # their order: no communication (the copy used to swap them: an internal error).
+    d, rank, dev = multidevice_test.size, multidevice_test.rank, multidevice_test.device
+    if d != 4:
+        pytest.skip("needs a 2x2 mesh")
+    mesh = DeviceMesh(torch.arange(4).view(2, 2))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1 if symbolic else 16])
+        fd.add_output(fd.ops.neg(x))
+        _stacked(x, mesh)
+    ux = torch.randn(16, generator=torch.Generator().manual_seed(5))
+    row, col = divmod(rank, 2)
+    mine = ux.view(-1, 2, 2)[:, col, row]
+    (result,), comms = _plan(fd, [mine.to(dev)])
+    assert comms == []
+    torch.testing.assert_close(result.cpu(), -mine)
+
+
+@pytest.mark.parametrize("direction", ["add_mesh_y", "drop_mesh_y"])
+def test_interleaved_split_gains_or_loses_a_nested_piece(multidevice_test, direction):
+    # [?, mesh_x] and [?, mesh_x, mesh_y] give mesh_x's index different elements (mesh_y's piece
+    # spaces them): they must not count as the same mesh_x split (that gave wrong numbers on two
+    # of four ranks). The plan moves data and every rank gets its own elements.
+    d, rank, dev = multidevice_test.size, multidevice_test.rank, multidevice_test.device
+    if d != 4:
+        pytest.skip("needs a 2x2 mesh")
+    mesh = DeviceMesh(torch.arange(4).view(2, 2))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1])
+        y = fd.ops.neg(x)
+        fd.add_output(y)
+        one, two = (x, y) if direction == "add_mesh_y" else (y, x)
+        one.set_device_mesh(mesh)
+        one.inner_split(0, 2)
+        one.axis(1).parallelize(MESH_X)
+        _stacked(two, mesh)
+    ux = torch.randn(16, generator=torch.Generator().manual_seed(6))
+    row, col = divmod(rank, 2)
+    single = lambda t: t.view(-1, 2)[:, col]  # noqa: E731
+    stacked = lambda t: t.view(-1, 2, 2)[:, col, row]  # noqa: E731
+    x_shard, y_shard = (single, stacked) if direction == "add_mesh_y" else (stacked, single)
+    (result,), comms = _plan(fd, [x_shard(ux).to(dev)])
+    assert comms, "the two splits hold different elements: data must move"
+    torch.testing.assert_close(result.cpu(), y_shard(-ux))
