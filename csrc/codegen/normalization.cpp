@@ -373,17 +373,24 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
     l.grid_x = std::max<int64_t>(1, std::min(rows, o.sm_count * std::max<int64_t>(1, 2048 / l.block_x)));
   }
   p.iters = ceilDiv(vectors, l.block_x);
-  int64_t kept_bytes = 0;  // per vector group, of the loads kept in registers
-  for (const TensorView* tv : p.loads) {
-    if (!p.varies.at(tv)) continue;
-    // The same for every row (a weight): read again from cache rather than held in registers.
-    const auto& rs = p.row_index.strides.at(tv);
-    if (std::all_of(rs.begin(), rs.end(), [](int64_t st) { return st == 0; }) && !p.kept.empty()) continue;
-    for (int loop = p.home.at(tv) + 1; loop <= p.last_loop; ++loop) {
-      if (p.loop_values[static_cast<size_t>(loop)].count(tv)) p.reread.insert(tv);
+  // The loads later loops read again (p.reread); returns their bytes per vector group, kept in
+  // registers by a persistent plan.
+  auto planRereads = [&]() {
+    p.reread.clear();
+    int64_t bytes = 0;
+    for (const TensorView* tv : p.loads) {
+      if (!p.varies.at(tv)) continue;
+      // The same for every row (a weight): read again from cache rather than held in registers.
+      const auto& rs = p.row_index.strides.at(tv);
+      if (std::all_of(rs.begin(), rs.end(), [](int64_t st) { return st == 0; }) && !p.kept.empty()) continue;
+      for (int loop = p.home.at(tv) + 1; loop <= p.last_loop; ++loop) {
+        if (p.loop_values[static_cast<size_t>(loop)].count(tv)) p.reread.insert(tv);
+      }
+      if (p.reread.count(tv)) bytes += s->vec * sizeInBytes(tv->dtype());
     }
-    if (p.reread.count(tv)) kept_bytes += s->vec * sizeInBytes(tv->dtype());
-  }
+    return bytes;
+  };
+  int64_t kept_bytes = planRereads();
   p.persistent = p.iters * s->vec <= kMaxUnrolledElements && p.iters * kept_bytes <= 4 * kKeptRegistersPerThread;
   // A transcendental value (exp, log, ...) that a later loop needs again is kept as floats from its
   // home loop when they fit beside the raw vectors: softmax's exp(x - max) is then computed once
@@ -403,18 +410,7 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
     }
     if (!p.cached.empty()) {
       planLoops();
-      p.reread.clear();  // the loads later loops still read, with the cached values cut off
-      kept_bytes = 0;
-      for (const TensorView* tv : p.loads) {
-        if (!p.varies.at(tv)) continue;
-        const auto& rs = p.row_index.strides.at(tv);
-        if (std::all_of(rs.begin(), rs.end(), [](int64_t st) { return st == 0; }) && !p.kept.empty()) continue;
-        for (int loop = p.home.at(tv) + 1; loop <= p.last_loop; ++loop) {
-          if (p.loop_values[static_cast<size_t>(loop)].count(tv)) p.reread.insert(tv);
-        }
-        if (p.reread.count(tv)) kept_bytes += s->vec * sizeInBytes(tv->dtype());
-      }
-      kept_bytes += cached_bytes;
+      kept_bytes = planRereads() + cached_bytes;  // the loads later loops still read, with the cached values cut off
     }
   }
   // Blocks of 512+ threads: ask ptxas for two resident blocks per SM (<= 64 registers) when the
