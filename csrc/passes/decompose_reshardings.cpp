@@ -134,6 +134,10 @@ bool rfactorDeviceReduction(Expr* e) {
 // replaced by an equivalent fresh expr (returned through the reference).
 bool reshardAfter(Fusion& f, Expr*& e) {
   TensorView* out = e->out();
+  // An rfactored partial (root != logical) keeps its root-to-logical splits only where it is:
+  // a copy would turn its device piece into a plain axis the op does not produce. Its input is
+  // resharded before it instead (the partial of a sum whose output is split on another mesh axis).
+  if (!out->root().empty()) return false;
   auto* in = static_cast<TensorView*>(e->input(0));
   TensorView* t = newTensorLike(out, /*keep_reductions=*/true);
   t->setDeviceMesh(in->mesh());
