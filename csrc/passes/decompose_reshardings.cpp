@@ -283,15 +283,26 @@ bool chainSets(Fusion& f, Expr* e, std::vector<ParallelType> changed) {
     }
     if (build(states)) return true;
   } while (std::next_permutation(changed.begin(), changed.end()));
+  // Gather the innermost device pieces first and slice the outermost first: a piece nested in
+  // another one's split is described relative to it, so the outer one must be there.
+  auto by_depth = [&](const TensorView* tv, bool deepest_first) {
+    std::vector<size_t> order;
+    for (size_t k = 0; k < n; ++k) {
+      if (shardedLoopId(tv, changed[k]) != nullptr) order.push_back(k);
+    }
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      int64_t da = deviceSplit(tv, changed[a]).depth, db = deviceSplit(tv, changed[b]).depth;
+      return deepest_first ? da > db : da < db;
+    });
+    return order;
+  };
   std::vector<State> states;
   State state(n, From::Producer);
-  for (size_t k = 0; k < n; ++k) {
-    if (shardedLoopId(in, changed[k]) == nullptr) continue;
+  for (size_t k : by_depth(in, /*deepest_first=*/true)) {
     state[k] = From::Nowhere;
     states.push_back(state);
   }
-  for (size_t k = 0; k < n; ++k) {
-    if (shardedLoopId(out, changed[k]) == nullptr) continue;
+  for (size_t k : by_depth(out, /*deepest_first=*/false)) {
     state[k] = From::Consumer;
     states.push_back(state);
   }
