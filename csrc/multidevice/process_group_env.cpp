@@ -96,6 +96,9 @@ EnvironmentGroup processGroupFromEnvironment(c10::DeviceType device, std::chrono
   const int64_t size = launched ? envInt("WORLD_SIZE", 1) : 1;
   MF_USER_CHECK(size >= 1 && rank >= 0 && rank < size, "environment: RANK=", rank, " is not a rank of WORLD_SIZE=",
                 size);
+  // The launch environment first, whatever this build's backends: it is what the user fixes first.
+  MF_USER_CHECK(size == 1 || !env("MASTER_PORT").empty(), "environment: WORLD_SIZE=", size,
+                " but MASTER_PORT is not set; launch with torchrun or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT");
   // A single process never posts a collective: it needs no backend.
   MF_USER_CHECK(device != c10::DeviceType::CPU || with_gloo || size == 1,
                 "Communicator::fromEnvironment() for CPU tensors on several ranks needs meshfuser built with Gloo ",
@@ -111,8 +114,6 @@ EnvironmentGroup processGroupFromEnvironment(c10::DeviceType device, std::chrono
   } else {
     std::string addr = env("MASTER_ADDR", "127.0.0.1");
     std::string port = env("MASTER_PORT");
-    MF_USER_CHECK(!port.empty(), "environment: WORLD_SIZE=", size, " but MASTER_PORT is not set; launch with torchrun ",
-                  "or set RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT");
     const bool agent_store = env("TORCHELASTIC_USE_AGENT_STORE") == "True";
     c10d::TCPStoreOptions opts;
     opts.port = static_cast<uint16_t>(envInt("MASTER_PORT", 0));
