@@ -269,10 +269,6 @@ std::vector<int64_t> localShape(const TensorView* tv, const std::vector<int64_t>
       MF_USER_CHECK(local[a] % shards[a] == 0, tv->toString(), ": axis ", a, " has global extent ", local[a],
                     ", which does not divide evenly into ", shards[a], " shards; uneven sharding is not supported yet");
       local[a] /= shards[a];
-      // Every split must divide, and a device leaf must be as long as the mesh (a DID on the
-      // remainder of a split by 2 needs a global extent of twice the devices).
-      std::string error = unevenSplit(tv, static_cast<int64_t>(a), global_shape[a]);
-      MF_USER_CHECK(error.empty(), error);
     }
   }
   return local;

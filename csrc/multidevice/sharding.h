@@ -85,7 +85,8 @@ int64_t shardedAxis(const TensorView* tv, ParallelType pt);
 // Read from the allocation domain when the tensor has one (finalize_allocation writes it for every
 // sharded tensor, so that is what sizes the runtime's buffers), else from the loop domain.
 std::vector<int64_t> shardsPerAxis(const TensorView* tv);
-// Local extents from global ones (the runtime tensor shape on a device of the mesh).
+// Local extents from global ones (the runtime tensor shape on a device of the mesh). Nested
+// splits that do not divide are refused once per call by the executor's check (unevenSplit).
 std::vector<int64_t> localShape(const TensorView* tv, const std::vector<int64_t>& global_shape);
 
 // True when `e` moves data between devices for some device parallel type: the producer's and the
