@@ -78,6 +78,32 @@ __device__ __forceinline__ float mf_sigmoid(float x) { return 1.0f / (1.0f + exp
 )";
 }
 
+std::string cpAsyncHelpers() {
+  return R"(template <int N>
+__device__ __forceinline__ void mf_cp_async(void* smem, const void* gmem) {  // N = 4, 8 or 16 bytes
+#if __CUDA_ARCH__ >= 800
+  unsigned int s;
+  asm volatile("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(s) : "l"(smem));
+  if (N == 16) asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem) : "memory");
+  else asm volatile("cp.async.ca.shared.global [%0], [%1], %2;" ::"r"(s), "l"(gmem), "n"(N) : "memory");
+#else
+  struct alignas(N) Bytes { unsigned char b[N]; };
+  *reinterpret_cast<Bytes*>(smem) = *reinterpret_cast<const Bytes*>(gmem);
+#endif
+}
+__device__ __forceinline__ void mf_cp_async_commit() {
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.commit_group;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void mf_cp_async_wait() {  // this thread's copies are done and visible to it
+#if __CUDA_ARCH__ >= 800
+  asm volatile("cp.async.wait_group 0;" ::: "memory");
+#endif
+}
+)";
+}
+
 namespace {
 thread_local bool compute_in_double = false;  // set by DoubleComputeScope while one kernel is emitted
 }  // namespace

@@ -84,9 +84,12 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
 
   std::ostringstream os;
   const bool guarded = p.iters * bx * v > s.red;
-  // Loads the loop-0 vectors of row `row_expr` into the mf_n arrays (persistent short rows).
-  auto emitPrefetch = [&](const std::string& row_expr, const std::string& ind) {
-    os << ind << "{  // the vectors of the thread's next row, in flight while this row computes\n";
+  // Loads the loop-0 vectors of row `row_expr` ahead of time: into the mf_n registers (`prefetch`,
+  // persistent short rows) or into the mf_s shared arrays by cp.async (`staged`, block rows).
+  auto emitNextRow = [&](const std::string& row_expr, const std::string& ind, bool staged) {
+    os << ind << "{  // the vectors of the "
+       << (staged ? "block's next row, copied to shared memory" : "thread's next row, in flight")
+       << " while this row computes\n";
     os << ind << "  const " << it << " mf_row = " << row_expr << ";\n";
     os << ind << "  if (mf_row < " << s.rows << ") {\n";
     const std::string i2 = ind + "    ";
@@ -101,14 +104,25 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
     }
     auto coff = emitOffsets(p.col_region, p.col_index, "j", "jn", it, i3, os);
     for (const TensorView* tv : p.loads) {
-      if (!p.prefetch.count(tv)) continue;
-      os << i3 << "mf_n" << tv->name() << "[it] = *reinterpret_cast<const " << arrayOf(tv, v) << "*>(" << tensorParam(tv)
-         << " + (" << roff.at(tv) << ") + " << coff.at(tv) << ");\n";
+      const std::string src = tensorParam(tv) + " + (" + roff.at(tv) + ") + " + coff.at(tv);
+      if (staged && p.staged.count(tv)) {
+        os << i3 << "mf_cp_async<" << v * sizeInBytes(tv->dtype()) << ">(&mf_s" << tv->name() << "[it][threadIdx.x], "
+           << src << ");\n";
+      } else if (!staged && p.prefetch.count(tv)) {
+        os << i3 << "mf_n" << tv->name() << "[it] = *reinterpret_cast<const " << arrayOf(tv, v) << "*>(" << src << ");\n";
+      }
     }
     if (guarded) os << i2 << "  }\n";
-    os << i2 << "}\n" << ind << "  }\n" << ind << "}\n";
+    os << i2 << "}\n" << ind << "  }\n";
+    if (staged) os << ind << "  mf_cp_async_commit();\n";
+    os << ind << "}\n";
   };
-  os << prelude() << "\n" << signature(a, name_token, bx * by, s.launch.min_blocks);
+  auto emitPrefetch = [&](const std::string& row_expr, const std::string& ind) {
+    emitNextRow(row_expr, ind, false);
+  };
+  os << prelude() << "\n";
+  if (!p.staged.empty()) os << cpAsyncHelpers();
+  os << signature(a, name_token, bx * by, s.launch.min_blocks);
   os << "  // " << (p.outer ? "outer " : "") << "normalization: " << s.rows << " rows x " << s.red
      << " reduced elements, " << bx << " x " << by
      << " threads per block, " << v << " per vector, " << loops << " loop(s) over the row, "
@@ -129,6 +143,20 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
       if (block_reductions % 2 == 1) os << "  int mf_par = 0;  // the slot of the next block reduction\n";
     }
     const std::string per_block = by == 1 ? "" : " * " + std::to_string(by);
+    if (s.launch.shared_mem_bytes > 0) {  // dynamic: more than the 48 KiB static shared memory allows
+      os << "  extern __shared__ __align__(16) unsigned char mf_dyn[];  // the staged row\n";
+      int64_t offset = 0;
+      for (const TensorView* tv : p.loads) {
+        if (!p.staged.count(tv)) continue;
+        const std::string row_of_vectors = arrayOf(tv, v) + " (*)[" + std::to_string(bx) + "]";
+        os << "  " << arrayOf(tv, v) << " (*const mf_s" << tv->name() << ")["
+           << bx << "] = reinterpret_cast<" << row_of_vectors << ">(mf_dyn + " << offset << ");\n";
+        offset += p.iters * bx * v * sizeInBytes(tv->dtype());
+      }
+      MF_CHECK(offset == s.launch.shared_mem_bytes, "normalization: shared memory plan of ", offset,
+               " bytes, launch asks ", s.launch.shared_mem_bytes);
+    }
+    if (!p.staged.empty()) emitNextRow("(" + it + ")blockIdx.x", "  ", true);
     if (!p.prefetch.empty()) {
       for (const TensorView* tv : p.loads) {
         if (p.prefetch.count(tv)) os << "  " << arrayOf(tv, v) << " mf_n" << tv->name() << "[" << p.iters << "];\n";
@@ -223,11 +251,16 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
         if (!p.reread.count(tv)) os << "    " << arrayOf(tv, v) << " mf_c" << tv->name() << "[" << p.iters << "];\n";
       }
       if (!fresh.empty()) {
+        if (l == 0 && !p.staged.empty()) os << "    mf_cp_async_wait();  // this thread's copies of the row\n";
         persistentHeader();
         auto col_off = emitOffsets(p.col_region, p.col_index, "j", "jc", it, in, os);
         for (const TensorView* tv : fresh) {
           if (p.prefetch.count(tv)) {
             os << in << "mf_c" << tv->name() << "[it] = mf_n" << tv->name() << "[it];\n";
+            continue;
+          }
+          if (l == 0 && p.staged.count(tv)) {  // later loops: the buffer holds the next row
+            os << in << "mf_c" << tv->name() << "[it] = mf_s" << tv->name() << "[it][threadIdx.x];\n";
             continue;
           }
           os << in << "mf_c" << tv->name() << "[it] = *reinterpret_cast<const " << arrayOf(tv, v) << "*>("
@@ -342,6 +375,9 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
       }
       if (block_reductions % 2 == 1) os << "    mf_par ^= 1;\n";
     }
+    // The row's staged vectors are all consumed (the reductions above depend on every one of them),
+    // so the next row's copies may overwrite them.
+    if (l == 0 && !p.staged.empty()) emitNextRow("row + (" + it + ")gridDim.x", "    ", true);
   }
   emitRowStage(loops);
   os << "  }\n}\n";

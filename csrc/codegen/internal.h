@@ -113,6 +113,10 @@ struct NormPlan {
   // Persistent short rows: the loop-0 loads of the thread's next row are issued while this row
   // computes (mf_n arrays), so a row's reductions do not leave the memory system idle.
   std::unordered_set<const TensorView*> prefetch;
+  // Persistent block rows: the loop-0 loads of the block's next row are copied into shared memory
+  // by cp.async (mf_s arrays) while this row computes, costing no registers; each thread copies and
+  // later reads back only its own vectors, so a cp.async.wait_group is the only synchronisation.
+  std::unordered_set<const TensorView*> staged;
   // Row-dependent varying loads read again after their first loop: persistent plans keep their
   // raw vectors in registers; multi-pass plans, and loads the same for every row (weights), read
   // them again from memory.
@@ -187,6 +191,9 @@ std::string emitExpr(const Expr* e, const std::string& indent);
 // Substitutes operands for {0}, {1}, {2} in a registry expression.
 std::string fillTemplate(const char* pattern, const std::vector<std::string>& operands);
 std::string prelude();
+// mf_cp_async<bytes>(shared, global), mf_cp_async_commit(), mf_cp_async_wait(): asynchronous
+// global -> shared copies of 4, 8 or 16 bytes (a plain copy before sm_80).
+std::string cpAsyncHelpers();
 // Kernel signature: inputs, outputs, scalar doubles; then the scalar locals.
 std::string signature(const Analysis& a, const std::string& name_token, int64_t max_threads, int64_t min_blocks = 0);
 std::string indexType(bool index64);

@@ -59,6 +59,7 @@ struct Api {
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
                              void**, void**) = nullptr;
   CUresult (*cuGetErrorString)(CUresult, const char**) = nullptr;
+  CUresult (*cuFuncSetAttribute)(CUfunction, int, int) = nullptr;
   nvrtcResult (*nvrtcCreateProgram)(nvrtcProgram*, const char*, const char*, int, const char* const*,
                                     const char* const*) = nullptr;
   nvrtcResult (*nvrtcCompileProgram)(nvrtcProgram, int, const char* const*) = nullptr;
@@ -104,6 +105,7 @@ Api& api() {
     resolve(cuda, api.cuModuleGetFunction, "cuModuleGetFunction", api.error);
     resolve(cuda, api.cuLaunchKernel, "cuLaunchKernel", api.error);
     resolve(cuda, api.cuGetErrorString, "cuGetErrorString", api.error);
+    resolve(cuda, api.cuFuncSetAttribute, "cuFuncSetAttribute", api.error);
     resolve(nvrtc, api.nvrtcCreateProgram, "nvrtcCreateProgram", api.error);
     resolve(nvrtc, api.nvrtcCompileProgram, "nvrtcCompileProgram", api.error);
     resolve(nvrtc, api.nvrtcGetProgramLogSize, "nvrtcGetProgramLogSize", api.error);
@@ -159,6 +161,12 @@ CUfunction compile(const GeneratedKernel& kernel) {
   checkCu(a.cuModuleLoadData(&module, cubin.data()), "cuModuleLoadData");
   CUfunction fn = nullptr;
   checkCu(a.cuModuleGetFunction(&fn, module, kernel.name.c_str()), "cuModuleGetFunction");
+  // Dynamic shared memory past 48 KiB must be asked for per function.
+  constexpr int kMaxDynamicSharedSizeBytes = 8;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+  if (kernel.launch.shared_mem_bytes > 48 * 1024) {
+    checkCu(a.cuFuncSetAttribute(fn, kMaxDynamicSharedSizeBytes, static_cast<int>(kernel.launch.shared_mem_bytes)),
+            "cuFuncSetAttribute(max dynamic shared memory)");
+  }
   cache.emplace(key, fn);
   return fn;
 }

@@ -146,6 +146,22 @@ def test_normalization_kernels(name, dtype, cols, transposed):
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", ["softmax", "layer_norm", "rms_norm_backward", "layer_norm_backward"])
+@pytest.mark.parametrize("rows,cols", [(40000, 1000), (3001, 16384)])
+def test_more_rows_than_resident_blocks(name, dtype, rows, cols):
+    # Each block then walks many rows (softmax: staging the next row in shared memory meanwhile).
+    with FusionDefinition() as fd:
+        getattr(norm_patterns, name)(fd, ALL_DTYPES[dtype], rows, cols)
+    torch.manual_seed(0)
+    inputs = norm_patterns.make_inputs(name, dtype, rows, cols)
+    reference = fd.execute(inputs)
+    (src,) = fd.cuda_kernels(inputs)
+    assert ("mf_cp_async" in src) == (name == "softmax")  # only rows that keep exp values stage
+    assert_matches(fd.execute([t.cuda() for t in inputs]), reference)
+
+
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("transposed", [False, True], ids=["contiguous", "transposed"])
 @pytest.mark.parametrize("rows,cols", [(1, 7), (7, 1000), (1000, 7), (4097, 64), (65537, 3), (300, 4097)])
 @pytest.mark.parametrize("dtype", list(ALL_DTYPES))
