@@ -125,7 +125,12 @@ __device__ __forceinline__ double mf_round_to_float(double x) { return (double)(
 std::string toDoubleCompute(const std::string& body) {
   // Locals, casts and accumulators (identifiers such as mf_bf16_to_float keep their names). A
   // pointer to float is a float tensor's storage and stays one (a double store would write past it).
-  std::string text = std::regex_replace(body, std::regex(R"(\bfloat\b(?!\s*\*))"), "double");
+  // float tensors' storage stays float: their pointers and their vectors (mf_array<float, N>, in
+  // registers and shared memory). Reading a float vector as an mf_array<double, N> took the bytes
+  // of two floats for each double: a silent wrong answer for a float input beside a double one.
+  std::string text = std::regex_replace(body, std::regex(R"(mf_array<float,)"), "mf_array<mf_storage_f32,");
+  text = std::regex_replace(text, std::regex(R"(\bfloat\b(?!\s*\*))"), "double");
+  text = std::regex_replace(text, std::regex(R"(mf_array<mf_storage_f32,)"), "mf_array<float,");
   // The single-precision math functions of the op registry's expressions.
   text = std::regex_replace(text, std::regex(R"(\b(fabs|exp|log|tanh|sqrt|rsqrt|erf|sin|cos|pow)f\()"), "$1(");
   // Float literals (1.0f, 2.5e-06f); hex constants such as 0x7f800000 have no '.'.

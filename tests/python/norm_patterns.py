@@ -5,7 +5,7 @@ Each builder takes (fd, dtype, rows, cols) inside a FusionDefinition and defines
 outputs; `make_inputs(name, dtype, rows, cols, transposed)` builds matching torch tensors."""
 import torch
 
-from meshfuser import DataType
+from meshfuser import DataType, FusionDefinition
 
 F = DataType.Float
 EPS = 1e-5
@@ -183,3 +183,30 @@ def softmax_dim0(fd, dt, rows, cols):
 
 
 OUTER_PATTERNS = {"batch_norm": batch_norm, "softmax_dim0": softmax_dim0}
+
+
+def mixed_precision_fusions():
+    """(label, fd, inputs): float tensors beside double or integer ones, so the kernel computes in
+    double while float tensors keep float storage; wide enough to take vector accesses."""
+    out = []
+    with FusionDefinition() as fd:  # pointwise: float x, double w, float output (a cast back)
+        x = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        w = fd.define_tensor([-1], dtype=DataType.Double)
+        y = fd.ops.mul(fd.ops.exp(x), w)
+        fd.add_output(y)
+        fd.add_output(fd.ops.cast(y, DataType.Float))
+    out.append(("pointwise_float_double", fd, [torch.randn(64, 256), torch.randn(256, dtype=torch.float64)]))
+    with FusionDefinition() as fd:  # normalization: a float row, a double weight, a float output
+        x = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        w = fd.define_tensor([-1], dtype=DataType.Double)
+        s = fd.ops.sum(fd.ops.mul(x, x), [1], keepdim=True)
+        fd.add_output(fd.ops.cast(fd.ops.mul(fd.ops.mul(x, fd.ops.rsqrt(fd.ops.add(s, 1.0))), w), DataType.Float))
+    out.append(("rms_float_double", fd, [torch.randn(64, 4096), torch.randn(4096, dtype=torch.float64)]))
+    with FusionDefinition() as fd:  # softmax-like (staged rows) beside an int32 bias
+        x = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        b = fd.define_tensor([-1], dtype=DataType.Int32)
+        t = fd.ops.add(x, b)
+        e = fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, [1], keepdim=True)))
+        fd.add_output(fd.ops.cast(fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True)), DataType.Float))
+    out.append(("softmax_float_int32", fd, [torch.randn(64, 4096), torch.randint(-3, 3, (4096,), dtype=torch.int32)]))
+    return out

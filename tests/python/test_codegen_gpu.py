@@ -209,6 +209,17 @@ def test_batched_transpose_with_broadcast_bias():
     assert_matches(result, reference)
 
 
+@pytest.mark.parametrize("index", range(len(norm_patterns.mixed_precision_fusions())))
+def test_float_tensors_beside_double_or_integer_ones(index):
+    """Double compute with float tensors' vectors kept float (pointwise, normalization, staged rows)."""
+    label, fd, inputs = norm_patterns.mixed_precision_fusions()[index]
+    reference = fd.execute(inputs)
+    result = fd.execute([t.cuda() for t in inputs])
+    for r, e in zip(result, reference):
+        assert r.dtype == e.dtype, label
+        torch.testing.assert_close(r.cpu(), e, rtol=1e-5, atol=1e-6, msg=label)
+
+
 PRE = ["neg", "abs", "exp", "tanh", "relu", "sigmoid", "silu", "sin"]
 COMBINE = ["add", "sub", "mul", "div", "maximum", "minimum"]
 

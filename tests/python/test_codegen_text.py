@@ -124,10 +124,25 @@ def test_normalization_matches_aten_on_cpu_shapes():
             torch.testing.assert_close(o, r, rtol=1e-5, atol=1e-5)
 
 
+def test_double_compute_keeps_float_vectors_float():
+    # A float tensor's vectors are read and written as mf_array<float, N> in a double-compute kernel
+    # (as mf_array<double, N>, each double took the bytes of two floats: silently wrong values).
+    for label, fd, inputs in norm_patterns.mixed_precision_fusions():
+        (src,) = fd.cuda_kernels(inputs)
+        assert "double" in src, label
+        assert re.search(r"reinterpret_cast<const mf_array<float, \d+>\*>\(T0 \+", src) or \
+            re.search(r"mf_cp_async<16>\(&mf_s0", src) and "mf_array<float, 4> (*const mf_s0)" in src, label
+        assert not re.search(r"mf_array<double, \d+>\*>\(T0 \+", src), label
+        if label != "softmax_float_int32":
+            assert re.search(r"reinterpret_cast<mf_array<float, \d+>\*>\(T\d+ \+", src), label  # the float output
+
+
 def corpus():
     """(label, source) for a spread of kernels: every normalization pattern at several widths and
     dtypes, contiguous and transposed, and the pointwise/reduction kernels."""
     out = []
+    for label, fd, inputs in norm_patterns.mixed_precision_fusions():
+        out.extend((label, src) for src in fd.cuda_kernels(inputs))
     for name in norm_patterns.PATTERNS:
         for dtype in (torch.float32, torch.bfloat16):
             for rows, cols in [(4, 1), (8, 7), (16, 1000), (4096, 4096), (2, 65537), (64, 256)]:
