@@ -162,7 +162,10 @@ std::string floatLiteral(double v) {
   std::string s = buf;
   if (s.find_first_of(".e") == std::string::npos) s += ".0";
   if (s == "inf" || s == "-inf") return s[0] == '-' ? "__int_as_float(0xff800000)" : "__int_as_float(0x7f800000)";
-  return (s[0] == '-' ? "(" + s + "f)" : s + "f");
+  // Double compute: no f suffix (toDoubleCompute only strips it from literals with a '.', and
+  // 1e+18f is float(1e18), off by 1.6e10).
+  const std::string suffix = compute_in_double ? "" : "f";
+  return (s[0] == '-' ? "(" + s + suffix + ")" : s + suffix);
 }
 
 std::string operandText(const Val* v) {

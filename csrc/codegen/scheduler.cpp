@@ -105,6 +105,9 @@ bool chooseTranspose(const Analysis& a, const CodegenOptions& o, Schedule* s) {
   const IndexPlan& p = s->main_index;
   const int64_t n = static_cast<int64_t>(p.dims.size());
   if (n < 2 || p.dims.back() < 2) return false;
+  // The tiles hold float compute values (paired float2 stores, 4 bytes each): a kernel computing in
+  // double (double or integer tensors) stays pointwise, with strided loads but exact values.
+  if (a.compute_double) return false;
   int64_t axis = -1;
   for (const TensorView* tv : s->main.loads) {
     const auto& st = p.strides.at(tv);

@@ -209,4 +209,13 @@ def mixed_precision_fusions():
         e = fd.ops.exp(fd.ops.sub(t, fd.ops.max(t, [1], keepdim=True)))
         fd.add_output(fd.ops.cast(fd.ops.div(e, fd.ops.sum(e, [1], keepdim=True)), DataType.Float))
     out.append(("softmax_float_int32", fd, [torch.randn(64, 4096), torch.randint(-3, 3, (4096,), dtype=torch.int32)]))
+    with FusionDefinition() as fd:  # a transposed float operand beside a double one
+        x = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        w = fd.define_tensor([-1, -1], dtype=DataType.Double)
+        fd.add_output(fd.ops.add(fd.ops.permute(x, [1, 0]), w))
+    out.append(("transposed_float_double", fd, [torch.randn(256, 128), torch.randn(128, 256, dtype=torch.float64)]))
+    with FusionDefinition() as fd:  # a constant a float literal would round (float(1e18) is 1e18 - 1.6e10)
+        x = fd.define_tensor([-1, -1], dtype=DataType.Double)
+        fd.add_output(fd.ops.add(x, 1e18))
+    out.append(("double_plus_1e18", fd, [torch.randn(64, 256, dtype=torch.float64)]))
     return out
