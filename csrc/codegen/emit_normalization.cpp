@@ -15,9 +15,12 @@
 // floats from their home loop (mf_e); persistent plans keep the raw vectors of the loads that
 // later loops read again in registers (fully unrolled `iters` groups, so each input is read from
 // memory once), multi-pass plans read them again; plans with `prefetch` loads load the thread's
-// next row during this one (mf_n). A division by a per-row value is a per-row reciprocal and a
-// multiply (<= 1.5 ulp instead of 0.5; not in double compute). Varying loads and full outputs use
-// one `vec`-wide access per group; half/bfloat16 outputs convert two lanes per cvt.
+// next row during this one (mf_n); plans with `staged` loads have cp.async copy the block's next row
+// into dynamic shared memory (mf_s) after loop 0's reductions, and read it back at the next row's
+// loop 0 (each thread only its own vectors: a wait_group, no barrier). A division by a per-row
+// value is a per-row reciprocal and a multiply (<= 1.5 ulp instead of 0.5; not in double compute).
+// Varying loads and full outputs use one `vec`-wide access per group; half/bfloat16 outputs
+// convert two lanes per cvt.
 #include <algorithm>
 #include <unordered_set>
 

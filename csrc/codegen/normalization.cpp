@@ -19,6 +19,8 @@
 //            vector groups per thread (4 for the benchmark widths), blocks strided over rows
 //            (grid <= SMs x 2048 / T); 512-thread blocks holding <= 64 bytes of row data per
 //            thread ask for two blocks per SM (__launch_bounds__(512, 2)).
+//   staged   block rows that keep exp-like values (softmax): the block's next row is copied into
+//            shared memory by cp.async while this one computes (all row loads or none, <= 96 KiB).
 //   outer    a column (kept index) per thread, 32 x 16 threads: threadIdx.y strides the reduced
 //            rows (coalesced across threadIdx.x); partials combine through shared memory.
 //   persistent  when the raw vectors of the loads that later loops read again fit in 64 registers
