@@ -51,6 +51,28 @@ TensorView.__mul__ = lambda a, b: _current_ops(a).mul(a, b)
 TensorView.__rmul__ = lambda a, b: _current_ops(a).mul(b, a)
 TensorView.__truediv__ = lambda a, b: _current_ops(a).div(a, b)
 TensorView.__neg__ = lambda a: _current_ops(a).neg(a)
+TensorView.__rtruediv__ = lambda a, b: _current_ops(a).div(b, a)
+TensorView.__pow__ = lambda a, b: _current_ops(a).pow(a, b)
+TensorView.__rpow__ = lambda a, b: _current_ops(a).pow(b, a)
+TensorView.__abs__ = lambda a: _current_ops(a).abs(a)
+# Comparisons build ops (nvFuser's semantics): `a == 0` is a bool tensor, not a Python bool that
+# fd.ops.where would take as a constant. A TensorView keeps identity hashing, and has no truth
+# value: `if a == b:` or `tv in some_list` is an error instead of a silent answer.
+TensorView.__eq__ = lambda a, b: _current_ops(a).eq(a, b)
+TensorView.__ne__ = lambda a, b: _current_ops(a).ne(a, b)
+TensorView.__lt__ = lambda a, b: _current_ops(a).lt(a, b)
+TensorView.__le__ = lambda a, b: _current_ops(a).le(a, b)
+TensorView.__gt__ = lambda a, b: _current_ops(a).gt(a, b)
+TensorView.__ge__ = lambda a, b: _current_ops(a).ge(a, b)
+TensorView.__hash__ = object.__hash__
+
+
+def _no_truth_value(_tv):
+    raise _C.Error("a TensorView has no truth value: comparisons build bool tensors (use fd.ops.where), "
+                   "and membership tests compare identities (use `any(t is x for x in ...)`)")
+
+
+TensorView.__bool__ = _no_truth_value
 
 _active = []
 

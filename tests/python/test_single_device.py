@@ -430,3 +430,28 @@ def test_constants_that_differ_beyond_six_digits_are_different_programs():
     assert a.fusion.fingerprint() != b.fusion.fingerprint()
     torch.testing.assert_close(a.execute([x])[0], x * 1.0000001, rtol=0, atol=0)
     torch.testing.assert_close(b.execute([x])[0], x * 1.0000002, rtol=0, atol=0)
+
+
+def test_tensor_comparisons_build_bool_tensors():
+    # `a == 0` is a bool tensor (nvFuser's semantics), not Python's identity test that where() would
+    # have taken as the constant False; a TensorView has no truth value.
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1])
+        fd.add_output(fd.ops.where(a == 0, a, -a))
+        fd.add_output(a != 1)
+        fd.add_output(a < 1.5)
+        fd.add_output(a >= 2)
+        fd.add_output(a ** 2)
+        fd.add_output(2.0 / (a + 1))
+        fd.add_output(abs(a - 1))
+    x = torch.tensor([0.0, 1.0, 2.0, 0.0])
+    expected = [torch.where(x == 0, x, -x), x != 1, x < 1.5, x >= 2, x ** 2, 2.0 / (x + 1), (x - 1).abs()]
+    for got, want in zip(fd.execute([x]), expected):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want)
+    with pytest.raises(meshfuser.Error, match="no truth value"):
+        with FusionDefinition() as fd:
+            a = fd.define_tensor([-1])
+            if a == 0:
+                pass
+
