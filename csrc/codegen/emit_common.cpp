@@ -155,7 +155,10 @@ std::string tensorParam(const TensorView* tv) { return "T" + std::to_string(tv->
 
 std::string floatLiteral(double v) {
   if (std::isnan(v)) return "__int_as_float(0x7fffffff)";
-  if (std::isinf(v)) return v > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)";
+  // Also a finite double past float's range in float compute (1e39 printed "inf").
+  if (std::isinf(v) || (!compute_in_double && std::isinf(static_cast<float>(v)))) {
+    return v > 0 ? "__int_as_float(0x7f800000)" : "__int_as_float(0xff800000)";
+  }
   char buf[64];
   if (compute_in_double) std::snprintf(buf, sizeof(buf), "%.17g", v);
   else std::snprintf(buf, sizeof(buf), "%.9g", static_cast<double>(static_cast<float>(v)));

@@ -58,7 +58,7 @@ std::string emitTranspose(const Analysis& a, const Schedule& s, const std::strin
     if (d == ax) continue;
     if (first) os << "    rem /= " << tiles_a << ";\n";
     first = false;
-    coord[d] = "o" + std::to_string(d);
+    coord[d] = "mf_o" + std::to_string(d);  // not o<N>: output vectors are named o<tensor>
     os << "    const " << it << " " << coord[d] << " = rem % " << p.dims[d] << ";\n";
     os << "    rem /= " << p.dims[d] << ";\n";
   }

@@ -197,6 +197,15 @@ TensorView* reductionOp(OpType op, TensorView* x, std::vector<int64_t> dims, std
   DataType dt = dtype.value_or(x->dtype());
   // Like PyTorch, a sum of bool or int32 accumulates in int64 unless a dtype is given.
   if (op == OpType::Sum && !dtype && (x->dtype() == DataType::Bool || x->dtype() == DataType::Int32)) dt = DataType::Int;
+  // Like torch.sum(x, dtype=...), each element is converted before it is summed: sum(0.5s,
+  // dtype=int32) is 0, not the float sum truncated once (a generated kernel did that).
+  if (dtype && *dtype != x->dtype()) {
+    x = castOp(x, *dtype);
+    in_ids = x->logicalNoReductions();
+    for (int64_t a = 0; a < rank; ++a) {
+      ids[a] = freshLike(f, in_ids[a], reduced.count(a) ? IterType::Reduction : in_ids[a]->iterType());
+    }
+  }
   TensorView* out = newOutput(f, dt, ids);
   ExprAttrs attrs;
   attrs.dims.assign(reduced.begin(), reduced.end());
@@ -225,6 +234,9 @@ TensorView* broadcastInDim(TensorView* x, const std::vector<int64_t>& shape, con
     MF_USER_ARG_CHECK(!(expand && shape[o] < 0), "broadcast_in_dim: output axis ", o,
                       " expands a broadcast axis and needs a concrete extent; got ", shape[o]);
     if (expand) ids[o] = f.newIterDomain(Extent{shape[o], ""}, IterType::Broadcast);
+    // A symbolic input axis under a concrete output extent takes that extent (PyTorch's expand: the
+    // input's runtime extent must be it or 1, checked when the program runs).
+    else if (!id->extent().isConst() && shape[o] >= 0) ids[o] = f.newIterDomain(Extent{shape[o], ""}, id->iterType());
     else ids[o] = freshLike(f, id, id->iterType());
   }
   for (size_t o = 0; o < shape.size(); ++o) {

@@ -124,9 +124,16 @@ at::Tensor broadcastInDim(const Expr* e, const at::Tensor& x) {
   auto shards = shardsPerAxis(out);
   std::vector<int64_t> target = view_shape;
   for (size_t o = 0; o < ids.size(); ++o) {
-    bool mapped = std::find(a.dims.begin(), a.dims.end(), static_cast<int64_t>(o)) != a.dims.end();
-    if (!mapped || (ids[o]->isBroadcast() && ids[o]->extent().isConst() && ids[o]->extent().value != 1)) {
+    auto mapped = std::find(a.dims.begin(), a.dims.end(), static_cast<int64_t>(o));
+    if (mapped == a.dims.end() || (ids[o]->isBroadcast() && ids[o]->extent().isConst() && ids[o]->extent().value != 1)) {
       if (ids[o]->extent().isConst()) target[o] = ids[o]->extent().value / shards[o];
+    } else if (ids[o]->extent().isConst()) {  // a concrete output extent over a symbolic input axis
+      const int64_t want = ids[o]->extent().value / shards[o];
+      const int64_t i = mapped - a.dims.begin();
+      MF_USER_CHECK(view_shape[o] == want || view_shape[o] == 1, "broadcast_in_dim: input axis ", i, " of ",
+                    e->input(0)->toString(), " has extent ", view_shape[o], " but output axis ", o, " asks for ", want,
+                    " (the input's extent must equal it or be 1)");
+      target[o] = want;
     }
   }
   return x.reshape(view_shape).expand(target);

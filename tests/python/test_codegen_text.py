@@ -143,10 +143,41 @@ def test_double_compute_keeps_float_vectors_float():
             assert re.search(r"reinterpret_cast<mf_array<float, \d+>\*>\(T\d+ \+", src), label  # the float output
 
 
+def transposed_3d_neg():
+    """A 3-D transpose whose output T1 shares its number with the coordinate of axis 1."""
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1, -1])
+        fd.add_output(fd.ops.neg(a))
+    return fd, [torch.empty_strided((64, 8, 32), (1, 64, 512))]
+
+
+def test_review_fixes_in_kernel_text():
+    # sum(x, dtype=int32) converts each element before summing (PyTorch), not the float sum at the end.
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1])
+        fd.add_output(fd.ops.sum(a, [1], dtype=DataType.Int32))
+    x = torch.full((4, 64), 0.9)
+    (src,) = fd.cuda_kernels([x])
+    assert re.search(r"const double (t\d+) = trunc\(t0\);.*\n.*= t\d+ \+ \1;", src), src
+    assert torch.equal(fd.execute([x])[0], torch.sum(x, 1, dtype=torch.int32))
+    # A float constant past float's range is float infinity, not the text "inf.0f".
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1])
+        fd.add_output(fd.ops.mul(a, 1e39))
+    (src,) = fd.cuda_kernels([torch.randn(64)])
+    assert "t0 * __int_as_float(0x7f800000)" in src and "inf." not in src
+    # The transpose kernel's coordinates do not shadow output vectors (o1 was both).
+    fd, inputs = transposed_3d_neg()
+    (src,) = fd.cuda_kernels(inputs)
+    assert scheduler_of(src) == "transpose" and "const int o1 " not in src and "mf_o1" in src
+
+
 def corpus():
     """(label, source) for a spread of kernels: every normalization pattern at several widths and
     dtypes, contiguous and transposed, and the pointwise/reduction kernels."""
     out = []
+    fd, inputs = transposed_3d_neg()
+    out.extend(("transposed_3d_neg", src) for src in fd.cuda_kernels(inputs))
     for label, fd, inputs in norm_patterns.mixed_precision_fusions():
         out.extend((label, src) for src in fd.cuda_kernels(inputs))
     for name in norm_patterns.PATTERNS:

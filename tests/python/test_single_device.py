@@ -455,3 +455,32 @@ def test_tensor_comparisons_build_bool_tensors():
             if a == 0:
                 pass
 
+
+def test_broadcast_in_dim_to_concrete_extents_over_symbolic_axes():
+    # A symbolic input axis under a concrete output extent expands from 1 (PyTorch's expand) or must
+    # equal it; the output once kept the input's extent: (3, 1) -> [2, 3, 4] gave (2, 3, 1).
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1, -1])
+        b = fd.ops.broadcast_in_dim(t, [2, 3, 4], [1, 2])
+        fd.add_output(b)
+        fd.add_output(fd.ops.sum(b, [2]))
+    for shape in [(3, 1), (3, 4)]:
+        x = torch.randn(*shape)
+        out, total = fd.execute([x])
+        torch.testing.assert_close(out, x.expand(2, 3, 4))
+        torch.testing.assert_close(total, x.expand(2, 3, 4).sum(2))
+    with pytest.raises(meshfuser.Error, match=r"input axis 1 of T0 has extent 5 but output axis 2 asks for 4"):
+        fd.execute([torch.randn(3, 5)])
+
+
+def test_sum_with_a_dtype_converts_each_element_first():
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1, -1])
+        fd.add_output(fd.ops.sum(a, [1], dtype=DataType.Int32))
+        fd.add_output(fd.ops.sum(a, [0], dtype=DataType.Double))
+    x = torch.rand(5, 7) * 3
+    got_int, got_double = fd.execute([x])
+    assert torch.equal(got_int, torch.sum(x, 1, dtype=torch.int32))
+    assert got_double.dtype == torch.float64
+    torch.testing.assert_close(got_double, torch.sum(x, 0, dtype=torch.float64))
+
