@@ -134,6 +134,10 @@ bool analyzeSegment(const KernelSegment& segment, const std::vector<KernelTensor
   size_t next = 0;
   for (size_t i = 0; i < segment.inputs.size(); ++i) {
     const Val* v = segment.inputs[i];
+    // Kernels compute integers in double: exact below 2^53 only. An int64 tensor may hold larger
+    // values (ids, hashes, timestamps), and PyTorch's int64 arithmetic is exact, so such segments
+    // stay on ATen; int32 and bool tensors, and int64 values the kernel computes itself (sums of
+    // int32 or bool), stay generated. Runtime int64 scalars are passed as doubles (exact below 2^53).
     if (!v->isTensor()) {
       if (per_val) ++next;
       continue;
@@ -141,6 +145,10 @@ bool analyzeSegment(const KernelSegment& segment, const std::vector<KernelTensor
     const auto* tv = static_cast<const TensorView*>(v);
     const KernelTensorArg& arg = args[next++];
     if (!checkDtype(tv, why)) return false;
+    if (tv->dtype() == DataType::Int) {
+      *why = str("input ", tv->toString(), " is int64: kernels compute integers in double, exact below 2^53 only");
+      return false;
+    }
     a->compute_double = a->compute_double || needsDouble(tv->dtype());
     if (arg.dtype != tv->dtype()) {
       *why = str("input ", tv->toString(), " is declared ", toString(tv->dtype()), " but the arg is ", toString(arg.dtype));

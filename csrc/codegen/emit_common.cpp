@@ -295,6 +295,11 @@ std::string emitExpr(const Expr* e, const std::string& indent) {
   std::string value = fillTemplate(info.cuda, in);
   if (info.dtype_rule == DtypeRule::Attribute) value = roundTo(e->attrs().dtype, value);
   const TensorView* out = e->out();
+  // Double compute: a float value is still a float (exp(100) overflows, a*b == c compares floats).
+  // Rounding the double result of +, -, *, /, sqrt gives the float result exactly.
+  if (compute_in_double && out->dtype() == DataType::Float && info.dtype_rule != DtypeRule::Attribute) {
+    value = "mf_round_to_float(" + value + ")";
+  }
   // A bool result of arithmetic (e.g. add of two bool tensors) is normalized to 0/1.
   if (out->dtype() == DataType::Bool && !info.cuda_exact_bool) value = "((" + value + ") != 0.0f ? 1.0f : 0.0f)";
   return indent + "const float " + tensorLocal(out) + " = " + value + ";  // " + e->toString() + "\n";

@@ -166,6 +166,16 @@ def test_review_fixes_in_kernel_text():
         fd.add_output(fd.ops.mul(a, 1e39))
     (src,) = fd.cuda_kernels([torch.randn(64)])
     assert "t0 * __int_as_float(0x7f800000)" in src and "inf." not in src
+    # In a kernel computing in double (an int32 tensor is in it), float values are still floats:
+    # a float product equals its float32 result, exp(100) overflows.
+    with FusionDefinition() as fd:
+        a, b, c = (fd.define_tensor([-1]) for _ in range(3))
+        idx = fd.define_tensor([-1], dtype=DataType.Int32)
+        fd.add_output(fd.ops.eq(fd.ops.mul(a, b), c))
+        fd.add_output(fd.ops.add(idx, 1))
+        fd.add_output(fd.ops.mul(fd.ops.exp(a), 0.0))
+    (src,) = fd.cuda_kernels([torch.randn(64), torch.randn(64), torch.randn(64), torch.zeros(64, dtype=torch.int32)])
+    assert "mf_round_to_float(t0 * t1)" in src and "mf_round_to_float(exp(t0))" in src, src
     # The transpose kernel's coordinates do not shadow output vectors (o1 was both).
     fd, inputs = transposed_3d_neg()
     (src,) = fd.cuda_kernels(inputs)
@@ -280,28 +290,42 @@ def test_fallback_dump_names_each_op_left_on_aten():
 
 
 def test_integer_reductions_are_generated_in_double():
+    # int32 in, int64 sum out (PyTorch's accumulation type): a kernel computing in double.
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Int32)
+        fd.add_output(fd.ops.sum(x, [1]))
+    (src,) = fd.cuda_kernels([torch.zeros(8, 16, dtype=torch.int32)])
+    assert scheduler_of(src) == "reduction"
+    assert "const int* __restrict__ T0" in src and "long long* __restrict__ T1" in src
+    assert "double t1 = 0.0;" in src and "expf(t" not in src
+
+
+def test_int64_inputs_stay_on_aten(monkeypatch, capfd):
+    # Double compute rounds int64 values past 2^53 (2^53 + 1 + 0 gave 2^53): no kernel reads one.
     with FusionDefinition() as fd:
         x = fd.define_tensor([-1, -1], dtype=DataType.Int)
+        fd.add_output(fd.ops.add(x, 0))
         fd.add_output(fd.ops.sum(x, [1]))
-    (src,) = fd.cuda_kernels([torch.zeros(8, 16, dtype=torch.int64)])
-    assert scheduler_of(src) == "reduction"
-    assert "const long long* __restrict__ T0" in src and "double t1 = 0.0;" in src and "expf(t" not in src
+    x = torch.full((8, 16), 2 ** 53 + 1, dtype=torch.int64)
+    assert fd.cuda_kernels([x]) == []
+    out, total = fd.execute([x])
+    assert torch.equal(out, x) and torch.equal(total, x.sum(1))
 
 
 def test_double_compute_keeps_float_outputs_float():
     """Integer inputs make a kernel compute in double; a float output (true division of integers)
     is still stored through a float pointer (a double store wrote past the float buffer: NaNs on
     the H200)."""
-    a = torch.randint(-1000, 1000, (129, 65))
+    a = torch.randint(-1000, 1000, (129, 65), dtype=torch.int32)
     b = torch.randint(-1000, 1000, (65,), dtype=torch.int32)
     with FusionDefinition() as fd:
-        x = fd.define_tensor([-1, -1], dtype=DataType.Int)
+        x = fd.define_tensor([-1, -1], dtype=DataType.Int32)
         y = fd.define_tensor([-1], dtype=DataType.Int32)
         fd.add_output(fd.ops.div(x, y))
     (source,) = fd.cuda_kernels([a, b])
     out = fd.execute([a, b])[0]
     assert out.dtype == torch.float32
     params = re.search(r"mf_pointwise_[0-9a-f]{16}\(([^)]*)\)", source).group(1)
-    assert "const long long*" in params and "const int*" in params, params
+    assert "const int*" in params, params
     assert re.search(r"\bfloat\* __restrict__ T\d+", params), params
     assert "double*" not in params, params

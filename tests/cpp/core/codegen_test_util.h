@@ -77,6 +77,12 @@ inline Case negInt64() {
   }, {arg(DataType::Int, {4, 8})});
 }
 
+inline Case negInt32ToInt64() {  // an int64 output the kernel computes from int32 values
+  return makeCase("neg_int32_to_int64", [](Fusion& f) {
+    f.addOutput(castOp(unaryOp(OpType::Neg, defineTensor(f, {4, 8}, DataType::Int32)), DataType::Int));
+  }, {arg(DataType::Int32, {4, 8})});
+}
+
 inline Case expDoubleScaled() {
   return makeCase("exp_double", [](Fusion& f) {
     TensorView* e = unaryOp(OpType::Exp, defineTensor(f, {64}, DataType::Double));

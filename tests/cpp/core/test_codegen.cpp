@@ -257,7 +257,7 @@ std::vector<Case> corpus() {
   v.push_back(sumOf({3000, 1001}, {1}));  // odd extents: scalar accesses, unrolled
   v.push_back(sumOf({1001, 3000}, {0}));
   v.push_back(sumOf({6, 1000, 40}, {1}));   // middle axis
-  v.push_back(negInt64());
+  v.push_back(negInt32ToInt64());
   v.push_back(expDoubleScaled());
   v.push_back(countTrue());
   v.push_back(softmaxBf16(4096, 4096));        // block per row, persistent
