@@ -184,6 +184,9 @@ TensorView* reductionOp(OpType op, TensorView* x, std::vector<int64_t> dims, std
   Fusion& f = *x->fusion();
   auto in_ids = x->logicalNoReductions();
   int64_t rank = static_cast<int64_t>(in_ids.size());
+  // nvFuser refuses an empty list; torch.sum(x, dim=[]) would reduce every axis. Neither silently.
+  MF_USER_ARG_CHECK(!dims.empty(), toString(op), ": no axis to reduce of ", x->toString(),
+                    " (dims is empty; list the axes, all of them to reduce everything)");
   std::set<int64_t> reduced;
   for (int64_t d : dims) {
     int64_t a = d < 0 ? d + rank : d;

@@ -35,6 +35,8 @@ std::pair<TensorView*, TensorView*> varMean(TensorView* x, std::vector<int64_t> 
   MF_USER_ARG_CHECK(isFloatingPoint(x->dtype()), "var_mean: ", x->toString(), " has dtype ", toString(x->dtype()),
                     "; var_mean needs a floating-point tensor");
   MF_USER_ARG_CHECK(correction >= 0, "var_mean: correction must be non-negative; got ", correction);
+  MF_USER_ARG_CHECK(!dims.empty(), "var_mean: no axis to reduce of ", x->toString(),
+                    " (dims is empty; list the axes, all of them to reduce everything)");
   std::set<int64_t> reduced;
   for (int64_t d : dims) {
     int64_t a = d < 0 ? d + rank : d;

@@ -351,6 +351,11 @@ class FusionDefinition:
         if dtype is None:
             dtype = DataType.Bool if isinstance(value, bool) else (
                 DataType.Int if isinstance(value, numbers.Integral) else DataType.Double)
+        # Constants are held as doubles: an integer past 2^53 would silently become another one.
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool) and abs(int(value)) > 2 ** 53:
+            raise _C.Error(f"define_scalar: the integer constant {int(value)} is past 2^53; meshfuser holds "
+                           f"constants as doubles, which would round it to {int(float(value))}. Pass it as a "
+                           "tensor or a runtime scalar input instead")
         return self._fusion.define_scalar(dtype, None if value is None else float(value))
 
     def add_output(self, tv):

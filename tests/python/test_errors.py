@@ -270,3 +270,21 @@ def test_broadcast_in_dim_with_a_runtime_shape_is_an_argument_error():
         with pytest.raises(meshfuser.Error, match=r"broadcast_in_dim: shape .* holds runtime extents") as e:
             fd.ops.broadcast_in_dim(w, fd.ops.shape(x), [1])
         assert isinstance(e.value, ValueError)
+
+
+@pytest.mark.parametrize("op", ["sum", "max", "min", "var_mean"])
+def test_reduction_with_no_axes_is_an_error(op):
+    # torch.sum(x, dim=[]) reduces every axis, nvFuser refuses; returning x unchanged was silent.
+    with pytest.raises(meshfuser.Error, match="no axis to reduce of T0"):
+        with FusionDefinition() as fd:
+            getattr(fd.ops, op)(fd.define_tensor([-1, -1]), [])
+
+
+def test_integer_constant_past_2_53_is_an_error():
+    with pytest.raises(meshfuser.Error, match=r"the integer constant 9007199254740993 is past 2\^53.*9007199254740992"):
+        with FusionDefinition() as fd:
+            fd.ops.add(fd.define_tensor([-1], dtype=DataType.Int), 2 ** 53 + 1)
+    with FusionDefinition() as fd:  # 2^53 itself is exact
+        t = fd.define_tensor([-1], dtype=DataType.Int)
+        fd.add_output(fd.ops.add(t, 2 ** 53))
+    assert fd.execute([torch.tensor([1])])[0].item() == 2 ** 53 + 1
