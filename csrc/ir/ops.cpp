@@ -116,18 +116,26 @@ std::vector<IterDomain*> broadcastShapes(Fusion& f, OpType op, const std::vector
 }
 
 DataType resultType(const std::vector<Val*>& operands) {
-  std::optional<DataType> tensor_type;
-  std::optional<DataType> scalar_type;
+  // PyTorch's three tiers: tensors with axes, then 0-dim tensors, then Python scalars (a float
+  // scalar counts as the default float32, an integer as int64); a lower tier only matters when it
+  // is of a higher category (torch's combine_categories): int32[n] + int64[] stays int32,
+  // half[n] + float32[] stays half, int32[n] + float64[] is float64.
+  std::optional<DataType> dim_type, zero_type, scalar_type;
   for (Val* v : operands) {
-    auto& slot = v->isTensor() ? tensor_type : scalar_type;
+    auto& slot = !v->isTensor() ? scalar_type
+                 : static_cast<TensorView*>(v)->logicalNoReductions().empty() ? zero_type : dim_type;
     slot = slot ? promote(*slot, v->dtype()) : v->dtype();
   }
-  if (!tensor_type) return *scalar_type;
-  if (!scalar_type) return *tensor_type;
-  // A scalar only matters when it is of a higher category (float scalar with an int tensor).
-  bool scalar_wins = (isFloatingPoint(*scalar_type) && !isFloatingPoint(*tensor_type)) ||
-                     (isIntegral(*scalar_type) && *tensor_type == DataType::Bool);
-  return scalar_wins ? (isFloatingPoint(*scalar_type) ? DataType::Float : DataType::Int) : *tensor_type;
+  if (!dim_type && !zero_type) return *scalar_type;
+  auto combine = [](std::optional<DataType> higher, std::optional<DataType> lower) -> std::optional<DataType> {
+    if (!higher) return lower;
+    if (!lower || isFloatingPoint(*higher)) return higher;
+    if (*higher == DataType::Bool || isFloatingPoint(*lower)) return promote(*higher, *lower);
+    return higher;
+  };
+  std::optional<DataType> wrapped;
+  if (scalar_type) wrapped = isFloatingPoint(*scalar_type) ? DataType::Float : isIntegral(*scalar_type) ? DataType::Int : DataType::Bool;
+  return *combine(dim_type, combine(zero_type, wrapped));
 }
 }  // namespace
 

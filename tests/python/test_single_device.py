@@ -484,3 +484,24 @@ def test_sum_with_a_dtype_converts_each_element_first():
     assert got_double.dtype == torch.float64
     torch.testing.assert_close(got_double, torch.sum(x, 0, dtype=torch.float64))
 
+
+
+@pytest.mark.parametrize("a_dtype,b_dtype", [
+    (torch.int32, torch.int64), (torch.float16, torch.float32), (torch.int32, torch.float64),
+    (torch.bool, torch.int32), (torch.float32, torch.float64), (torch.bfloat16, torch.float16)])
+def test_zero_dim_tensors_promote_like_pytorch(a_dtype, b_dtype):
+    # A 0-dim tensor only counts when it is of a higher category: int32[2] + int64[] is int32
+    # (it was int64, with the values of an int64 add), half[2] + float32[] is half.
+    dtypes = {torch.int32: DataType.Int32, torch.int64: DataType.Int, torch.float16: DataType.Half,
+              torch.float32: DataType.Float, torch.float64: DataType.Double, torch.bfloat16: DataType.BFloat16,
+              torch.bool: DataType.Bool}
+    torch.manual_seed(0)
+    a, b = (torch.rand(2) * 4).to(a_dtype), (torch.rand(()) * 4).to(b_dtype)
+    with FusionDefinition() as fd:
+        ta = fd.define_tensor([-1], dtype=dtypes[a_dtype])
+        tb = fd.define_tensor([], dtype=dtypes[b_dtype])
+        fd.add_output(fd.ops.add(ta, tb))
+        fd.add_output(fd.ops.mul(tb, ta))
+    for got, want in zip(fd.execute([a, b]), [a + b, b * a]):
+        assert got.dtype == want.dtype
+        torch.testing.assert_close(got, want, rtol=0, atol=0)
