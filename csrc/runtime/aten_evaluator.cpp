@@ -263,11 +263,20 @@ at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in,
     case AtenArgs::Embedding: result = embedding(e, in, context); break;
     case AtenArgs::Operands: {
       std::vector<c10::IValue> args;
+      // A half/bfloat16 result with a Python-scalar operand computes in float, then rounds (below):
+      // ATen keeps a scalar in float only as the second operand, and cast 70000.0 * h's scalar to
+      // half first (inf). Generated kernels compute in float too.
+      const bool low_precision_out = out->dtype() == DataType::Half || out->dtype() == DataType::BFloat16;
+      const bool in_float = low_precision_out && std::any_of(in.begin(), in.end(), [](const RuntimeValue& v) {
+        return !v.is_tensor;
+      });
       for (const RuntimeValue& v : in) {
         if (!v.is_tensor) {
           args.emplace_back(wrappedNumber(v.scalar));
         } else if (info.dtype_rule == DtypeRule::FloatIfIntegral && !isFloatingPoint(fromAten(v.tensor.scalar_type()))) {
           args.emplace_back(v.tensor.to(toAten(out->dtype())));  // exp(int) computes in float
+        } else if (in_float && (v.tensor.scalar_type() == at::kHalf || v.tensor.scalar_type() == at::kBFloat16)) {
+          args.emplace_back(v.tensor.to(at::kFloat));
         } else {
           args.emplace_back(v.tensor);
         }

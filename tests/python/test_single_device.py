@@ -505,3 +505,20 @@ def test_zero_dim_tensors_promote_like_pytorch(a_dtype, b_dtype):
     for got, want in zip(fd.execute([a, b]), [a + b, b * a]):
         assert got.dtype == want.dtype
         torch.testing.assert_close(got, want, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_scalar_first_operands_of_half_tensors_compute_in_float(dtype):
+    # 70000.0 * h once cast 70000 to half first (inf); the order of the operands must not matter.
+    dt = {torch.float16: DataType.Half, torch.bfloat16: DataType.BFloat16}[dtype]
+    h = torch.tensor([0.5, 0.25, -0.125, 4.0], dtype=dtype)
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1], dtype=dt)
+        fd.add_output(fd.ops.mul(70000.0, t))
+        fd.add_output(fd.ops.div(1e5, t))
+        fd.add_output(fd.ops.sub(3.3, t))
+        fd.add_output(fd.ops.mul(0.1, t))
+    want = [h * 70000.0, (1e5 / h.float()).to(dtype), (3.3 - h.float()).to(dtype), h * 0.1]
+    for got, w in zip(fd.execute([h]), want):
+        assert got.dtype == dtype
+        assert torch.equal(got, w)
