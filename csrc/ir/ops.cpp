@@ -166,6 +166,12 @@ TensorView* binaryOp(OpType op, Val* a, Val* b) {
   const OpInfo& info = opInfo(op);
   MF_CHECK(info.kind == OpKind::Binary, "not a binary op: ", info.name);
   MF_USER_ARG_CHECK(a->isTensor() || b->isTensor(), info.name, ": at least one operand must be a tensor");
+  if (op == OpType::Pow && (isIntegral(a->dtype()) || a->dtype() == DataType::Bool) && !b->isTensor()) {
+    const auto* e = static_cast<const Scalar*>(b);
+    MF_USER_ARG_CHECK(!(isIntegral(b->dtype()) && e->value() && *e->value() < 0), "pow: ", a->toString(), " has dtype ",
+                      toString(a->dtype()), " and the exponent ", *e->value(),
+                      " is a negative integer; integers to negative integer powers are not allowed (as in PyTorch)");
+  }
   Fusion& f = fusionOf({a, b});
   std::vector<IterDomain*> ids = broadcastShapes(f, op, {a, b});
   DataType dt = info.dtype_rule == DtypeRule::Bool ? DataType::Bool : resultType({a, b});
@@ -177,6 +183,10 @@ TensorView* binaryOp(OpType op, Val* a, Val* b) {
 
 TensorView* whereOp(Val* cond, Val* a, Val* b) {
   MF_USER_ARG_CHECK(cond->isTensor() || a->isTensor() || b->isTensor(), "where: at least one operand must be a tensor");
+  // As torch.where: the condition is bool (compare first, e.g. fd.ops.ne(x, 0)), said when the
+  // program is defined rather than by ATen when it runs.
+  MF_USER_ARG_CHECK(cond->dtype() == DataType::Bool, "where: the condition ", cond->toString(), " has dtype ",
+                    toString(cond->dtype()), "; it must be bool");
   Fusion& f = fusionOf({cond, a, b});
   std::vector<IterDomain*> ids = broadcastShapes(f, OpType::Where, {cond, a, b});
   DataType dt = resultType({a, b});

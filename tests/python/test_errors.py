@@ -288,3 +288,16 @@ def test_integer_constant_past_2_53_is_an_error():
         t = fd.define_tensor([-1], dtype=DataType.Int)
         fd.add_output(fd.ops.add(t, 2 ** 53))
     assert fd.execute([torch.tensor([1])])[0].item() == 2 ** 53 + 1
+
+
+def test_where_with_a_non_bool_condition_is_an_error():
+    with pytest.raises(meshfuser.Error, match="where: the condition T0 has dtype float; it must be bool"):
+        with FusionDefinition() as fd:
+            t = fd.define_tensor([-1])
+            fd.ops.where(t, t, 0.0)
+
+
+def test_integer_to_a_negative_integer_power_is_an_error():
+    with pytest.raises(meshfuser.Error, match="integers to negative integer powers are not allowed"):
+        with FusionDefinition() as fd:
+            fd.ops.pow(fd.define_tensor([-1], dtype=DataType.Int32), -2)
