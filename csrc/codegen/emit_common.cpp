@@ -199,7 +199,9 @@ std::string storeExpr(DataType dt, const std::string& value) {
     case DataType::Bool: return "(mf_bool)(" + value + " != 0.0f)";
     case DataType::Double: return value;
     case DataType::Int: return "(long long)(" + value + ")";
-    case DataType::Int32: return "(int)(" + value + ")";
+    // Through int64: an int32 result past 2^31 wraps as PyTorch's int32 arithmetic does (a direct
+    // double -> int conversion saturates); exact for + - * chains while the double is (< 2^53).
+    case DataType::Int32: return "(int)(long long)(" + value + ")";
     default: MF_THROW_INTERNAL("codegen: cannot store ", toString(dt));
   }
 }
@@ -279,8 +281,8 @@ std::string roundTo(DataType dt, const std::string& a) {
     case DataType::BFloat16: return "mf_bf16_to_float(mf_float_to_bf16(" + a + "))";
     case DataType::Bool: return "(" + a + " != 0.0f ? 1.0f : 0.0f)";
     case DataType::Float: return compute_in_double ? "mf_round_to_float(" + a + ")" : a;
-    case DataType::Int:
-    case DataType::Int32: return "trunc(" + a + ")";  // toward zero, as a C cast (integers mean double compute)
+    case DataType::Int: return "trunc(" + a + ")";  // toward zero, as a C cast (integers mean double compute)
+    case DataType::Int32: return "(double)(int)(long long)(" + a + ")";  // toward zero, wrapping as int32 does
     default: return a;
   }
 }

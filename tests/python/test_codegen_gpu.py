@@ -325,6 +325,21 @@ def test_reductions_of_double_integer_and_bool(op, dtype, shape, dims):
     torch.testing.assert_close(result[0].cpu(), reference[0], rtol=1e-12, atol=0)
 
 
+def test_int32_arithmetic_wraps_like_pytorch():
+    """Kernels compute int32 in double; results past 2^31 wrap at the store, as ATen's do."""
+    a = torch.tensor([2 ** 31 - 1, -2 ** 31, 5, -7] * 16, dtype=torch.int32)
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1], dtype=DataType.Int32)
+        fd.add_output(fd.ops.add(t, 1))
+        fd.add_output(fd.ops.mul(fd.ops.sub(t, 1), 3))
+    reference = fd.execute([a])
+    with meshfuser.Profiler() as prof:
+        result = fd.execute([a.cuda()])
+    assert [k.scheduler for k in prof.profile.kernel_profiles] == ["pointwise"]
+    for r, e in zip(result, reference):
+        assert torch.equal(r.cpu(), e)
+
+
 def test_integer_pointwise_with_comparison_and_where():
     torch.manual_seed(0)
     a = torch.randint(-1000, 1000, (129, 65), dtype=torch.int32)

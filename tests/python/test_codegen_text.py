@@ -158,7 +158,8 @@ def test_review_fixes_in_kernel_text():
         fd.add_output(fd.ops.sum(a, [1], dtype=DataType.Int32))
     x = torch.full((4, 64), 0.9)
     (src,) = fd.cuda_kernels([x])
-    assert re.search(r"const double (t\d+) = trunc\(t0\);.*\n.*= t\d+ \+ \1;", src), src
+    assert re.search(r"const double (t\d+) = \(double\)\(int\)\(long long\)\(t0\);.*\n.*= t\d+ \+ \1;", src), src
+    assert re.search(r"T\d+\[row\] = \(int\)\(long long\)\(t\d+\);", src)  # an int32 result wraps past 2^31 (PyTorch), no saturation
     assert torch.equal(fd.execute([x])[0], torch.sum(x, 1, dtype=torch.int32))
     # A float constant past float's range is float infinity, not the text "inf.0f".
     with FusionDefinition() as fd:
