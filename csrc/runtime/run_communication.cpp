@@ -140,11 +140,15 @@ void FusionExecutor::runCommunication(const Communication& c, std::unordered_map
       return;
     }
     case CommunicationType::Allreduce: {
-      at::Tensor x = input().squeeze(c.layout.drop_axis);
-      // Reduce in place into a buffer of our own: the partial may be read elsewhere.
+      // Reduce in place only into memory nothing else can see: the partial may be read elsewhere,
+      // and it may be a view (a LocalSlice's narrow, a set or permute) of another tensor, even
+      // of the caller's input, which an in-place Allreduce once overwrote with the sum.
       const Fusion& f = program_->fusion();
-      bool shared = c.input->uses().size() > 1 || f.isInput(c.input) || f.isOutput(c.input);
-      at::Tensor buf = shared ? x.clone(at::MemoryFormat::Contiguous) : x.contiguous();
+      const at::Tensor partial = input();
+      const bool owned = c.input->uses().size() == 1 && !f.isInput(c.input) && !f.isOutput(c.input) &&
+                         partial.storage().use_count() == 1;  // no other tensor views this memory
+      at::Tensor x = partial.squeeze(c.layout.drop_axis);
+      at::Tensor buf = owned ? x.contiguous() : x.clone(at::MemoryFormat::Contiguous);
       if (!solo) work = comm.allreduce(c.team, buf, c.reduce_op);
       finish([buf] { return buf; });
       return;

@@ -266,3 +266,32 @@ def test_cpu_on_one_rank_cuda_on_the_others(multidevice_test):
         fd.execute([good.cpu() if rank == d - 1 else good])
     (out,) = fd.execute([good])
     torch.testing.assert_close(out.cpu(), unsharded)
+
+
+# -- Review: an in-place Allreduce must not write into memory another tensor sees ------------------
+@pytest.mark.parametrize("reduce", ["sum", "max"])
+def test_allreduce_of_a_slice_of_the_input_leaves_the_input_alone(multidevice_test, reduce):
+    # sum over the device axis of a sharded view of the replicated input x is one Allreduce of the
+    # rank's row, a view into x: reduced in place, it overwrote x's row (the caller's tensor too),
+    # and x * s then read the sum back on each rank's own row.
+    comm = meshfuser.Communicator.instance()
+    d, rank = comm.size(), comm.rank()
+    mesh = DeviceMesh(range(d))
+    torch.manual_seed(0)
+    u = torch.randn(d, 3)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([d, 3])
+        y = fd.ops.set(x)
+        s = getattr(fd.ops, reduce)(y, [0])
+        o = fd.ops.mul(x, fd.ops.broadcast_in_dim(s, [d, 3], [1]))
+        fd.add_output(o)
+        x.set_device_mesh(mesh)
+        s.set_device_mesh(mesh)
+        o.set_device_mesh(mesh)
+        y.set_device_mesh(mesh)
+        y.axis(0).parallelize(ParallelType.mesh_x)
+    inp = u.clone()
+    (out,) = fd.execute([inp])
+    stat = u.sum(0) if reduce == "sum" else u.amax(0)
+    torch.testing.assert_close(out.cpu(), u * stat)
+    assert torch.equal(inp, u), "the caller's input was modified"
