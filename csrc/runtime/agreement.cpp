@@ -120,9 +120,9 @@ bool strictAgreement() {
 }
 
 CallAgreement::CallAgreement(Communicator& comm, const Fusion& f, uint64_t fingerprint,
-                             const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings, std::string error,
+                             const std::vector<RuntimeValue>& inputs, ExtentBindings& bindings, std::string error,
                              bool strict)
-    : comm_(comm), fusion_(f), fingerprint_(fingerprint), error_(std::move(error)), strict_(strict) {
+    : comm_(comm), fusion_(f), fingerprint_(fingerprint), error_(std::move(error)), strict_(strict), bindings_(&bindings) {
   inputSymbols(f, symbols_, where_);
   for (const std::string& s : symbols_) {
     auto it = bindings.find(s);
@@ -146,8 +146,16 @@ CallAgreement::CallAgreement(Communicator& comm, const Fusion& f, uint64_t finge
   pending_ = comm.postExchange(header, "the per-call agreement");
 }
 
+bool CallAgreement::missesExtents() const {
+  for (size_t s = 0; s < symbols_.size(); ++s) {
+    if (extents_[s] < 0 && symbols_[s][0] != 'S') return true;
+  }
+  return false;
+}
+
 void agreeOnCall(Communicator& comm, const Fusion& f, uint64_t fingerprint, const std::vector<RuntimeValue>& inputs,
-                 const ExtentBindings& bindings, const std::string& error, bool strict) {
+                 const ExtentBindings& given, const std::string& error, bool strict) {
+  ExtentBindings bindings = given;
   CallAgreement(comm, f, fingerprint, inputs, bindings, error, strict).finish();
 }
 
@@ -228,6 +236,7 @@ void CallAgreement::finish() {
     MF_USER_CHECK(!differ, "execute: the ranks disagree on the global extent of symbolic axis ", symbols[s], " (",
                   where[s], "; global = local extent x shards): ", perRank(values),
                   "; every rank must pass shards of the same global shape (uneven shards are not supported)");
+    if (extents[s] < 0 && first >= 0 && symbols[s][0] != 'S') (*bindings_)[symbols[s]] = first;
   }
   if (strict) {
     for (int64_t r = 0; r < size; ++r) {

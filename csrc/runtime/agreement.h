@@ -26,13 +26,17 @@ bool strictAgreement();
 // waits and checks, and must run before any data collective is posted. `error` is this rank's
 // validation error (empty when its inputs are valid); `bindings` the global extents its inputs gave
 // the symbolic axes. finish() returns when every rank agrees, and otherwise throws on every rank
-// (this rank's own `error` where it has one).
+// (this rank's own `error` where it has one); it also binds, in `bindings`, the symbolic axes this
+// rank's inputs did not (a rank outside an input's mesh) to the extent the other ranks agreed on,
+// so that it can size what it receives.
 class CallAgreement {
  public:
   CallAgreement(Communicator& comm, const Fusion& f, uint64_t fingerprint, const std::vector<RuntimeValue>& inputs,
-                const ExtentBindings& bindings, std::string error, bool strict);
+                ExtentBindings& bindings, std::string error, bool strict);
   void finish();
   bool finished() const { return finished_; }
+  // Some symbolic axis is unbound on this rank: finish() before running (it binds it).
+  bool missesExtents() const;
 
  private:
   Communicator& comm_;
@@ -42,6 +46,7 @@ class CallAgreement {
   bool strict_;
   std::vector<std::string> symbols_, where_;
   std::vector<int64_t> extents_, detail_;
+  ExtentBindings* bindings_;
   Communicator::PendingExchange pending_;
   bool finished_ = false;
 };

@@ -192,7 +192,9 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
     agreement.emplace(comm, program_->fusion(), fingerprint_, inputs, bindings, error, strict);
     // The round trip overlaps the compute before the first communication, unless this rank's inputs
     // are invalid, teams are still to be created, or strict mode wants everything checked first.
-    if (!error.empty() || strict || !teams_created_) agreement->finish();
+    // Also when a symbolic axis is unbound here (no input on this rank gives it): the agreement
+    // binds it to the other ranks' extent before this rank sizes a buffer by it.
+    if (!error.empty() || strict || !teams_created_ || agreement->missesExtents()) agreement->finish();
   }
   MF_USER_CHECK(error.empty(), "execute: ", error);
   if (last_bindings_ != bindings) last_bindings_ = bindings;
