@@ -377,3 +377,21 @@ def test_interleaved_split_gains_or_loses_a_nested_piece(multidevice_test, direc
     (result,), comms = _plan(fd, [x_shard(ux).to(dev)])
     assert comms, "the two splits hold different elements: data must move"
     torch.testing.assert_close(result.cpu(), y_shard(-ux))
+
+
+def test_reshape_between_interleaved_layouts_is_a_user_error(multidevice_test):
+    # [4d, 6] interleaved on axis 0 -> [2d, 12] interleaved on axis 0: no single move connects the
+    # layouts; every rank refuses it with a meshfuser.Error (it was an internal "bug" error).
+    d = multidevice_test.size
+    if d == 1:
+        pytest.skip("one device: nothing is sharded")
+    mesh = DeviceMesh(range(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([4 * d, 6])
+        o = fd.ops.reshape(x, [2 * d, 12])
+        fd.add_output(o)
+        _inner(x, mesh, 0)
+        _inner(o, mesh, 0)
+    with pytest.raises(meshfuser.Error, match="reshard the input first") as info:
+        fd.execute([torch.zeros(4, 6)])
+    assert "InternalError" not in type(info.value).__name__
