@@ -58,12 +58,8 @@ TensorView.__abs__ = lambda a: _current_ops(a).abs(a)
 # Comparisons build ops (nvFuser's semantics): `a == 0` is a bool tensor, not a Python bool that
 # fd.ops.where would take as a constant. A TensorView keeps identity hashing, and has no truth
 # value: `if a == b:` or `tv in some_list` is an error instead of a silent answer.
-TensorView.__eq__ = lambda a, b: _current_ops(a).eq(a, b)
-TensorView.__ne__ = lambda a, b: _current_ops(a).ne(a, b)
-TensorView.__lt__ = lambda a, b: _current_ops(a).lt(a, b)
-TensorView.__le__ = lambda a, b: _current_ops(a).le(a, b)
-TensorView.__gt__ = lambda a, b: _current_ops(a).gt(a, b)
-TensorView.__ge__ = lambda a, b: _current_ops(a).ge(a, b)
+for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
+    setattr(TensorView, f"__{_name}__", lambda a, b, _op=_name: getattr(_current_ops(a), _op)(a, b))
 TensorView.__hash__ = object.__hash__
 
 
