@@ -9,7 +9,8 @@
 Calling the result runs the forward under a torch.autograd.Function: the results are DTensors that
 autograd can differentiate; backward runs the compiled backward definition on the gradients, the
 saved DTensors and the inputs, and redistributes each input gradient to that input's placements (so
-`.grad` is sharded like the parameter). Scalars among the inputs get no gradient.
+`.grad` is sharded like the parameter; a Partial input's gradient is Replicate). Results the loss
+does not use get zero gradients sharded like them. Scalars among the inputs get no gradient.
 """
 from . import _C
 
@@ -60,6 +61,10 @@ def _function():
                 ctx.tensor_input = [isinstance(t, torch.Tensor) for t in inputs]
                 ctx.scalars = [t for t in inputs if not isinstance(t, torch.Tensor)]
                 ctx.save_for_backward(*outputs[n:], *tensors)
+                # A result the loss does not use gets a zero gradient made here, sharded like the
+                # result (autograd's own would be a plain tensor of the global shape on every rank).
+                ctx.set_materialize_grads(False)
+                ctx.result_like = [_zeros_recipe(r) for r in outputs[:n]]
                 return outputs[:n]
 
             @staticmethod
@@ -69,7 +74,7 @@ def _function():
                 activations, tensors = saved[:ctx.num_saved], list(saved[ctx.num_saved:])
                 scalars = list(ctx.scalars)
                 inputs = [tensors.pop(0) if is_tensor else scalars.pop(0) for is_tensor in ctx.tensor_input]
-                # Unused results get zero gradients (autograd materializes them by default).
+                grads = [g if g is not None else zeros() for g, zeros in zip(grads, ctx.result_like)]
                 input_grads = list(_as_tuple(trainable.backward(*grads, *activations, *inputs)))
                 if len(input_grads) != len(inputs):
                     raise _C.ArgumentError(
@@ -85,14 +90,31 @@ def _function():
 _Function = None
 
 
-def _like(grad, inp):
-    """The gradient with the input's placements (and global shape checked)."""
+def _zeros_recipe(result):
+    """A function making a zero gradient for `result`: a DTensor with its mesh, placements and
+    local shape, or a plain zero tensor."""
+    import torch
     from torch.distributed.tensor import DTensor
+
+    if isinstance(result, DTensor):
+        local = result.to_local()
+        mesh, placements = result.device_mesh, result.placements
+        shape, stride = tuple(result.shape), tuple(result.stride())
+        return lambda: DTensor.from_local(torch.zeros_like(local), mesh, placements, shape=shape, stride=stride)
+    return lambda: torch.zeros_like(result)
+
+
+def _like(grad, inp):
+    """The gradient with the input's placements (and global shape checked). A Partial input's
+    gradient is Replicate, as PyTorch's redistribute gives (a gradient cannot be made Partial)."""
+    from torch.distributed.tensor import DTensor, Partial, Replicate
 
     if tuple(grad.shape) != tuple(inp.shape):
         raise _C.ArgumentError(
             f"the backward definition's gradient has global shape {tuple(grad.shape)}; the input's is "
             f"{tuple(inp.shape)}")
-    if isinstance(grad, DTensor) and isinstance(inp, DTensor) and tuple(grad.placements) != tuple(inp.placements):
-        grad = grad.redistribute(inp.device_mesh, inp.placements)
+    if isinstance(grad, DTensor) and isinstance(inp, DTensor):
+        target = tuple(Replicate() if isinstance(p, Partial) else p for p in inp.placements)
+        if tuple(grad.placements) != target:
+            grad = grad.redistribute(inp.device_mesh, target)
     return grad

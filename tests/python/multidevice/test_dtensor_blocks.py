@@ -125,3 +125,41 @@ def test_llama_block_forward_from_dtensors(multidevice_test):
     if d > 1:
         assert blocks.communications(prof.profile) == ["Allreduce"] * 2
     torch.testing.assert_close(out.full_tensor().cpu(), blocks.llama_reference(full, h), **TOL)
+
+
+def _mul_and_weight(fd):  # y1 = x * w, y2 = w * 2 (two results), saving w
+    x, w = fd.define_tensor([-1, -1]), fd.define_tensor([-1, -1])
+    fd.add_output(fd.ops.mul(x, w))
+    fd.add_output(fd.ops.mul(w, 2.0))
+    fd.add_output(w)
+
+
+def _mul_and_weight_backward(fd):  # g1, g2, saved w, x, w -> dx, dw
+    g1, g2, sw = fd.define_tensor([-1, -1]), fd.define_tensor([-1, -1]), fd.define_tensor([-1, -1])
+    x, _w = fd.define_tensor([-1, -1]), fd.define_tensor([-1, -1])
+    fd.add_output(fd.ops.mul(g1, sw))
+    fd.add_output(fd.ops.add(fd.ops.mul(g1, x), fd.ops.mul(g2, 2.0)))
+
+
+@pytest.mark.parametrize("x_placement", ["shard", "partial"])
+def test_compile_backward_with_an_unused_result_and_partial_inputs(multidevice_test, x_placement):
+    # A result the loss does not use gets a zero gradient sharded like it (autograd's own, a plain
+    # tensor, was refused); a Partial input's gradient is Replicate (redistributing to Partial failed).
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+    d, device = multidevice_test.size, multidevice_test.device
+    mesh = _torch_mesh(device, d)
+    torch.manual_seed(0)
+    X, W = torch.randn(4 * d, 6, device=device), torch.randn(4 * d, 6, device=device)
+    f = meshfuser.dtensor.compile(_mul_and_weight, backward=_mul_and_weight_backward, num_outputs=2)
+    if x_placement == "partial":
+        x = DTensor.from_local(X / d, mesh, [Partial()]).requires_grad_()
+    else:
+        x = distribute_tensor(X, mesh, [Shard(0)]).requires_grad_()
+    w = distribute_tensor(W, mesh, [Replicate()]).requires_grad_()
+    y1, _y2 = f(x, w)
+    (y1 * 3.0).sum().backward()
+    xr, wr = X.clone().requires_grad_(), W.clone().requires_grad_()
+    (xr * wr * 3.0).sum().backward()
+    assert tuple(x.grad.placements) == ((Replicate(),) if x_placement == "partial" else (Shard(0),))
+    torch.testing.assert_close(x.grad.full_tensor(), xr.grad, **TOL)
+    torch.testing.assert_close(w.grad.full_tensor(), wr.grad, **TOL)
