@@ -14,7 +14,14 @@
 namespace mf {
 namespace {
 
-at::Tensor to4d(const at::Tensor& t) { return t.reshape({-1, t.size(-3), t.size(-2), t.size(-1)}); }
+// [batch..., heads, seq, head_dim] -> [batch, heads, seq, head_dim], contiguous: the flash
+// kernels assume a unit stride along head_dim (a transposed v gave wrong attention, silently), and
+// the folded batch is computed (reshape cannot infer -1 for a tensor with no elements).
+at::Tensor to4d(const at::Tensor& t) {
+  int64_t batch = 1;
+  for (int64_t d = 0; d + 3 < t.dim(); ++d) batch *= t.size(d);
+  return t.reshape({batch, t.size(-3), t.size(-2), t.size(-1)}).contiguous();
+}
 
 void requireSupported(const Expr* e, const at::Tensor& q) {
   const char* op = opInfo(e->op()).name;
@@ -33,9 +40,18 @@ std::vector<at::Tensor> forward(const Expr* e, const std::vector<RuntimeValue>& 
   const ExprAttrs& a = e->attrs();
   const at::Tensor& q = in[0].tensor;
   requireSupported(e, q);
+  auto rng_options = at::TensorOptions().dtype(at::kLong).device(q.device());
+  std::vector<int64_t> attn_shape(q.sizes().begin(), q.sizes().end());
+  attn_shape.back() = in[2].tensor.size(-1);
+  std::vector<int64_t> lse_shape(q.sizes().begin(), q.sizes().end() - 1);
+  MF_USER_CHECK(in[1].tensor.size(-2) > 0 || q.numel() == 0, opInfo(e->op()).name, ": ", e->input(1)->toString(),
+                " has no keys (sequence length 0) for a non-empty query; attention over nothing is undefined");
+  if (q.numel() == 0) {  // no queries: nothing to attend (the flash kernels divide by zero here)
+    return {at::empty(attn_shape, q.options()), at::empty(lse_shape, q.options().dtype(at::kFloat)),
+            at::zeros({}, rng_options), at::zeros({}, rng_options)};
+  }
   at::Tensor q4 = to4d(q), k4 = to4d(in[1].tensor), v4 = to4d(in[2].tensor);
   at::Tensor attn, lse, seed, offset;
-  auto rng_options = at::TensorOptions().dtype(at::kLong).device(q.device());
   if (q.is_cuda()) {
     auto r = at::_scaled_dot_product_flash_attention(q4, k4, v4, a.dropout_p, a.is_causal, /*return_debug_mask=*/false,
                                                      a.scale);
@@ -60,9 +76,6 @@ std::vector<at::Tensor> forward(const Expr* e, const std::vector<RuntimeValue>& 
     seed = at::zeros({}, rng_options);
     offset = at::zeros({}, rng_options);
   }
-  std::vector<int64_t> attn_shape(q.sizes().begin(), q.sizes().end());
-  attn_shape.back() = in[2].tensor.size(-1);
-  std::vector<int64_t> lse_shape(q.sizes().begin(), q.sizes().end() - 1);
   return {attn.reshape(attn_shape), lse.reshape(lse_shape), seed, offset};
 }
 
@@ -73,7 +86,9 @@ std::vector<at::Tensor> backward(const Expr* e, const std::vector<RuntimeValue>&
   at::Tensor grad4 = to4d(in[0].tensor), q4 = to4d(q), k4 = to4d(in[2].tensor), v4 = to4d(in[3].tensor);
   at::Tensor out4 = to4d(in[4].tensor);
   const at::Tensor& lse_in = in[5].tensor;
-  at::Tensor lse3 = lse_in.reshape({-1, lse_in.size(-2), lse_in.size(-1)});
+  int64_t lse_batch = 1;
+  for (int64_t d = 0; d + 2 < lse_in.dim(); ++d) lse_batch *= lse_in.size(d);
+  at::Tensor lse3 = lse_in.reshape({lse_batch, lse_in.size(-2), lse_in.size(-1)}).contiguous();
   at::Tensor gq, gk, gv;
   if (q.is_cuda()) {
     // Flash attention's backward reads the packed uint64 {seed, offset} it returned.

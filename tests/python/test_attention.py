@@ -260,3 +260,46 @@ def test_cuda_float32_is_a_clear_error():
         fd.add_output(fd.ops.sdpfa_fwd(tq, tq, tq)[0])
     with pytest.raises(meshfuser.Error, match="must be half or bfloat16"):
         fd.execute([q])
+
+
+@pytest.mark.parametrize("layout", ["transposed_input", "permute_in_fusion"])
+def test_non_contiguous_value_matches_pytorch(layout):
+    # The flash kernels assume a unit stride along head_dim: a transposed v gave attention off by
+    # ~2.8 with no error (forward and gradients), whether it came in transposed or a permute in the
+    # fusion made it so.
+    q, k, _, grad = random_qkv([2, 3, 5, 8], 7, torch.float32)
+    v_t = torch.randn(2, 3, 8, 7, generator=torch.Generator().manual_seed(1))  # v, stored transposed
+    v = v_t.transpose(-1, -2)
+    with FusionDefinition() as fd:
+        tq, tk = fd.define_tensor([2, 3, 5, 8]), fd.define_tensor([2, 3, 7, 8])
+        if layout == "transposed_input":
+            tv = fd.define_tensor([2, 3, 7, 8])
+        else:
+            tv = fd.ops.permute(fd.define_tensor([2, 3, 8, 7]), [0, 1, 3, 2])
+        tg = fd.define_tensor([2, 3, 5, 8])
+        attn, lse, seed, offset = fd.ops.sdpfa_fwd(tq, tk, tv)
+        gq, gk, gv = fd.ops.sdpfa_bwd(tg, tq, tk, tv, attn, lse, None, None, seed, offset)
+        for t in (attn, lse, gq, gk, gv):
+            fd.add_output(t)
+    got = fd.execute([q, k, v if layout == "transposed_input" else v_t, grad])  # inputs in definition order
+    want = reference(q, k, v.contiguous(), grad, False, None)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w, **TOL[torch.float32])
+
+
+def test_empty_sequence_gives_empty_attention():
+    q, k, v, _ = random_qkv([2, 3, 0, 8], 4, torch.float32)
+    with FusionDefinition() as fd:
+        tq, tk, tv = fd.define_tensor([2, 3, 0, 8]), fd.define_tensor([2, 3, 4, 8]), fd.define_tensor([2, 3, 4, 8])
+        fd.add_output(fd.ops.sdpfa_fwd(tq, tk, tv)[0])
+    (out,) = fd.execute([q, k, v])
+    assert out.shape == (2, 3, 0, 8)
+
+
+def test_no_keys_for_a_non_empty_query_is_an_error():
+    q, k, v, _ = random_qkv([2, 3, 4, 8], 0, torch.float32)
+    with FusionDefinition() as fd:
+        tq, tk, tv = fd.define_tensor([2, 3, 4, 8]), fd.define_tensor([2, 3, 0, 8]), fd.define_tensor([2, 3, 0, 8])
+        fd.add_output(fd.ops.sdpfa_fwd(tq, tk, tv)[0])
+    with pytest.raises(meshfuser.Error, match="has no keys"):
+        fd.execute([q, k, v])
