@@ -453,17 +453,18 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
   });
   if (p.persistent && l.block_x > 32 && !p.cached.empty() && loop0_reduces) {
     int64_t bytes = 0;
+    bool copyable = true;  // every vector a cp.async size (4, 8 or 16 bytes)
     for (const TensorView* tv : p.loads) {
       const auto& rs = p.row_index.strides.at(tv);
       bool per_row = std::any_of(rs.begin(), rs.end(), [](int64_t st) { return st != 0; });
-      const int64_t vector_bytes = s->vec * sizeInBytes(tv->dtype());
       if (!p.varies.at(tv) || p.home.at(tv) != 0 || !per_row) continue;
+      const int64_t vector_bytes = s->vec * sizeInBytes(tv->dtype());
+      copyable = copyable && (vector_bytes == 4 || vector_bytes == 8 || vector_bytes == 16);
       bytes += p.iters * l.block_x * vector_bytes;
       p.staged.insert(tv);
-      // All or none: a row half staged waits on its other loads anyway.
-      if (vector_bytes != 4 && vector_bytes != 8 && vector_bytes != 16) bytes = kStagedBytesPerBlock + 1;  // cp.async sizes
     }
-    if (bytes > kStagedBytesPerBlock) p.staged.clear();
+    // All or none: a row half staged waits on its other loads anyway.
+    if (!copyable || bytes > kStagedBytesPerBlock) p.staged.clear();
     l.shared_mem_bytes = p.staged.empty() ? 0 : bytes;
   }
   // The prefetch computes the offsets of row + gridDim.x * block_y (< rows + grid rows).

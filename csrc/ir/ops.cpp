@@ -211,10 +211,6 @@ TensorView* reductionOp(OpType op, TensorView* x, std::vector<int64_t> dims, std
     MF_USER_ARG_CHECK(a >= 0 && a < rank, toString(op), ": dim ", d, " is out of range for ", x->toString(), " of rank ", rank);
     MF_USER_ARG_CHECK(reduced.insert(a).second, toString(op), ": dim ", d, " of ", x->toString(), " is given twice");
   }
-  std::vector<IterDomain*> ids;
-  for (int64_t a = 0; a < rank; ++a) {
-    ids.push_back(freshLike(f, in_ids[a], reduced.count(a) ? IterType::Reduction : in_ids[a]->iterType()));
-  }
   DataType dt = dtype.value_or(x->dtype());
   // Like PyTorch, a sum of bool or int32 accumulates in int64 unless a dtype is given.
   if (op == OpType::Sum && !dtype && (x->dtype() == DataType::Bool || x->dtype() == DataType::Int32)) dt = DataType::Int;
@@ -223,9 +219,10 @@ TensorView* reductionOp(OpType op, TensorView* x, std::vector<int64_t> dims, std
   if (dtype && *dtype != x->dtype()) {
     x = castOp(x, *dtype);
     in_ids = x->logicalNoReductions();
-    for (int64_t a = 0; a < rank; ++a) {
-      ids[a] = freshLike(f, in_ids[a], reduced.count(a) ? IterType::Reduction : in_ids[a]->iterType());
-    }
+  }
+  std::vector<IterDomain*> ids;
+  for (int64_t a = 0; a < rank; ++a) {
+    ids.push_back(freshLike(f, in_ids[a], reduced.count(a) ? IterType::Reduction : in_ids[a]->iterType()));
   }
   TensorView* out = newOutput(f, dt, ids);
   ExprAttrs attrs;
