@@ -14,8 +14,7 @@
 // values it needs from the loads, except the plan's cached (transcendental) values, which stay as
 // floats from their home loop (mf_e); persistent plans keep the raw vectors of the loads that
 // later loops read again in registers (fully unrolled `iters` groups, so each input is read from
-// memory once), multi-pass plans read them again; plans with `prefetch` loads load the thread's
-// next row during this one (mf_n); plans with `staged` loads have cp.async copy the block's next row
+// memory once), multi-pass plans read them again; plans with `staged` loads have cp.async copy the block's next row
 // into dynamic shared memory (mf_s) after loop 0's reductions, and read it back at the next row's
 // loop 0 (each thread only its own vectors: a wait_group, no barrier). A division by a per-row
 // value is a per-row reciprocal and a multiply (<= 1.5 ulp instead of 0.5; not in double compute).
@@ -87,12 +86,9 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
 
   std::ostringstream os;
   const bool guarded = p.iters * bx * v > s.red;
-  // Loads the loop-0 vectors of row `row_expr` ahead of time: into the mf_n registers (`prefetch`,
-  // persistent short rows) or into the mf_s shared arrays by cp.async (`staged`, block rows).
-  auto emitNextRow = [&](const std::string& row_expr, const std::string& ind, bool staged) {
-    os << ind << "{  // the vectors of the "
-       << (staged ? "block's next row, copied to shared memory" : "thread's next row, in flight")
-       << " while this row computes\n";
+  // Copies the loop-0 vectors of row `row_expr` into the mf_s shared arrays by cp.async (`staged`).
+  auto emitNextRow = [&](const std::string& row_expr, const std::string& ind) {
+    os << ind << "{  // the vectors of the block's next row, copied to shared memory while this row computes\n";
     os << ind << "  const " << it << " mf_row = " << row_expr << ";\n";
     os << ind << "  if (mf_row < " << s.rows << ") {\n";
     const std::string i2 = ind + "    ";
@@ -108,20 +104,15 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
     auto coff = emitOffsets(p.col_region, p.col_index, "j", "jn", it, i3, os);
     for (const TensorView* tv : p.loads) {
       const std::string src = tensorParam(tv) + " + (" + roff.at(tv) + ") + " + coff.at(tv);
-      if (staged && p.staged.count(tv)) {
+      if (p.staged.count(tv)) {
         os << i3 << "mf_cp_async<" << v * sizeInBytes(tv->dtype()) << ">(&mf_s" << tv->name() << "[it][threadIdx.x], "
            << src << ");\n";
-      } else if (!staged && p.prefetch.count(tv)) {
-        os << i3 << "mf_n" << tv->name() << "[it] = *reinterpret_cast<const " << arrayOf(tv, v) << "*>(" << src << ");\n";
       }
     }
     if (guarded) os << i2 << "  }\n";
     os << i2 << "}\n" << ind << "  }\n";
-    if (staged) os << ind << "  mf_cp_async_commit();\n";
+    os << ind << "  mf_cp_async_commit();\n";
     os << ind << "}\n";
-  };
-  auto emitPrefetch = [&](const std::string& row_expr, const std::string& ind) {
-    emitNextRow(row_expr, ind, false);
   };
   os << prelude() << "\n";
   if (!p.staged.empty()) os << cpAsyncHelpers();
@@ -159,13 +150,7 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
       MF_CHECK(offset == s.launch.shared_mem_bytes, "normalization: shared memory plan of ", offset,
                " bytes, launch asks ", s.launch.shared_mem_bytes);
     }
-    if (!p.staged.empty()) emitNextRow("(" + it + ")blockIdx.x", "  ", true);
-    if (!p.prefetch.empty()) {
-      for (const TensorView* tv : p.loads) {
-        if (p.prefetch.count(tv)) os << "  " << arrayOf(tv, v) << " mf_n" << tv->name() << "[" << p.iters << "];\n";
-      }
-      emitPrefetch("(" + it + ")blockIdx.x" + per_block + (by == 1 ? "" : " + threadIdx.y"), "  ");
-    }
+    if (!p.staged.empty()) emitNextRow("(" + it + ")blockIdx.x", "  ");
     os << "  for (" << it << " row = (" << it << ")blockIdx.x" << per_block << (by == 1 ? "" : " + threadIdx.y")
        << "; row < " << s.rows << "; row += (" << it << ")gridDim.x" << per_block << ") {\n";
   }
@@ -258,10 +243,6 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
         persistentHeader();
         auto col_off = emitOffsets(p.col_region, p.col_index, "j", "jc", it, in, os);
         for (const TensorView* tv : fresh) {
-          if (p.prefetch.count(tv)) {
-            os << in << "mf_c" << tv->name() << "[it] = mf_n" << tv->name() << "[it];\n";
-            continue;
-          }
           if (l == 0 && p.staged.count(tv)) {  // later loops: the buffer holds the next row
             os << in << "mf_c" << tv->name() << "[it] = mf_s" << tv->name() << "[it][threadIdx.x];\n";
             continue;
@@ -272,9 +253,6 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
         if (guarded) os << "      }\n";
         os << "    }\n";
         in = "      ";
-        if (l == 0 && !p.prefetch.empty()) {
-          emitPrefetch("row + (" + it + ")gridDim.x" + (by == 1 ? "" : " * " + std::to_string(by)), "    ");
-        }
       }
       persistentHeader();
     } else if (p.outer) {
@@ -380,7 +358,7 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
     }
     // The row's staged vectors are all consumed (the reductions above depend on every one of them),
     // so the next row's copies may overwrite them.
-    if (l == 0 && !p.staged.empty()) emitNextRow("row + (" + it + ")gridDim.x", "    ", true);
+    if (l == 0 && !p.staged.empty()) emitNextRow("row + (" + it + ")gridDim.x", "    ");
   }
   emitRowStage(loops);
   os << "  }\n}\n";

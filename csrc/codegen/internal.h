@@ -110,9 +110,6 @@ struct NormPlan {
   // Persistent plans: transcendental varying values that later loops need again, kept as floats
   // from their home loop (mf_e arrays) instead of recomputed.
   std::unordered_set<const TensorView*> cached;
-  // Persistent short rows: the loop-0 loads of the thread's next row are issued while this row
-  // computes (mf_n arrays), so a row's reductions do not leave the memory system idle.
-  std::unordered_set<const TensorView*> prefetch;
   // Persistent block rows: the loop-0 loads of the block's next row are copied into shared memory
   // by cp.async (mf_s arrays) while this row computes, costing no registers; each thread copies and
   // later reads back only its own vectors, so a cp.async.wait_group is the only synchronisation.

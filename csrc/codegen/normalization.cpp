@@ -13,14 +13,21 @@
 //            reduced extent, the varying loads' outer strides and their pointer alignment.
 //   warp     rows of at most 64 vectors: ceilPow2(vectors / 2) <= 32 lanes per row (two groups
 //            per lane; 32 when the row count is not a multiple of the rows per warp), 256 threads
-//            per block, shuffles only; the loop-0 row loads (<= 64 bytes per thread) of the next
-//            row are prefetched unless values are cached (measured: softmax 0.80 with, 0.88 without).
+//            per block, shuffles only.
 //   block    else one row per block of T = ceilPow2(vectors / 4) threads (64..512), `iters`
-//            vector groups per thread (4 for the benchmark widths), blocks strided over rows
-//            (grid <= SMs x 2048 / T); 512-thread blocks holding <= 64 bytes of row data per
-//            thread ask for two blocks per SM (__launch_bounds__(512, 2)).
-//   staged   block rows that keep exp-like values (softmax): the block's next row is copied into
-//            shared memory by cp.async while this one computes (all row loads or none, <= 96 KiB).
+//            vector groups per thread (4 for the benchmark widths); 512-thread blocks holding <= 64
+//            bytes of row data per thread ask for two blocks per SM (__launch_bounds__(512, 2)).
+//   grid     a block per row (per block_y rows in warp mode): the block scheduler hands rows to
+//            whichever SM frees a slot first. A grid of one wave striding over the rows measured
+//            6-12% slower (0.84-0.89 of copy against 0.94-0.97 at 4096 and 256 columns): SMs do
+//            not all get the same bandwidth, and a fixed share of rows per block makes every SM
+//            wait for the slowest.
+//   staged   512-thread rows that keep exp-like values (softmax at 16384 columns): a wave of
+//            blocks strides over the rows and each copies its next row into shared memory by
+//            cp.async while this one computes (all row loads or none, <= 96 KiB). With at most
+//            two such blocks per SM, memory idles through a row's exp without it (0.72 -> 0.87);
+//            with more resident blocks the block-per-row grid is faster (softmax at 4096: 0.96
+//            against 0.87 staged).
 //   outer    a column (kept index) per thread, 32 x 16 threads: threadIdx.y strides the reduced
 //            rows (coalesced across threadIdx.x); partials combine through shared memory.
 //   persistent  when the raw vectors of the loads that later loops read again fit in 64 registers
@@ -49,6 +56,7 @@ constexpr int64_t kGroupsPerThread = 4;
 constexpr int64_t kMaxRowThreads = 512;
 // Dynamic shared memory for a staged row: two blocks of 512 threads per SM still fit.
 constexpr int64_t kStagedBytesPerBlock = 96 * 1024;
+constexpr int64_t kMaxGrid = kInt32Max;  // gridDim.x limit
 
 bool isTranscendental(OpType op) {
   switch (op) {
@@ -370,11 +378,11 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
     if (rows % (32 / lanes) != 0) lanes = 32;
     l.block_x = lanes;
     l.block_y = 256 / lanes;
-    l.grid_x = std::max<int64_t>(1, std::min(ceilDiv(rows, l.block_y), o.sm_count * 2048 / 256));
+    l.grid_x = std::max<int64_t>(1, std::min(ceilDiv(rows, l.block_y), kMaxGrid));
   } else {
     l.block_x = std::min<int64_t>(std::max<int64_t>(64, ceilPow2(ceilDiv(vectors, kGroupsPerThread))), kMaxRowThreads);
     l.block_x = floorPow2(std::min(l.block_x, o.max_threads_per_block));
-    l.grid_x = std::max<int64_t>(1, std::min(rows, o.sm_count * std::max<int64_t>(1, 2048 / l.block_x)));
+    l.grid_x = std::max<int64_t>(1, std::min(rows, kMaxGrid));
   }
   p.iters = ceilDiv(vectors, l.block_x);
   // The loads later loops read again (p.reread); returns their bytes per vector group, kept in
@@ -424,34 +432,17 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
   if (p.persistent && l.block_x * l.block_y >= 512 && p.iters * kept_bytes <= 64) {
     l.min_blocks = std::max<int64_t>(1, 1024 / (l.block_x * l.block_y));
   }
-  // Short rows (a warp or less each): a row is one burst of loads followed by a chain of shuffles
-  // and the output loop, so each row's loop-0 vectors for the next row are loaded while it computes
-  // (at most 64 bytes per thread: 16 more registers).
-  // Not with cached values: softmax at 256 columns measured 0.80 of copy with it, 0.88 without
-  // (40 registers instead of 32: six blocks per SM instead of eight, for a compute-heavier row).
-  if (p.persistent && l.block_x <= 32 && p.cached.empty()) {
-    int64_t bytes = 0;
-    for (const TensorView* tv : p.loads) {
-      const auto& rs = p.row_index.strides.at(tv);
-      bool per_row = std::any_of(rs.begin(), rs.end(), [](int64_t st) { return st != 0; });
-      if (!p.varies.at(tv) || p.home.at(tv) != 0 || !per_row) continue;
-      p.prefetch.insert(tv);
-      bytes += p.iters * s->vec * sizeInBytes(tv->dtype());
-    }
-    if (bytes > 64) p.prefetch.clear();
-  }
-  // Rows of a block (more than a warp) that cache transcendental values (softmax's exp): the
-  // block's next row is copied into shared memory (dynamic, <= kStagedBytesPerBlock) by cp.async
-  // while this one computes (no registers), started once loop 0 has consumed the row's data and
-  // combined its reductions; each thread copies and reads back only its own vectors, so a
-  // cp.async.wait_group is the only synchronisation. One block per SM at 16384 columns otherwise
-  // leaves memory idle through each row's exp (softmax 0.72 -> 0.84 of copy). Measured no gain or a
-  // loss on rows without cached values (RMSNorm at 16384: 0.90 -> 0.84), and keeping weights in
-  // shared memory likewise (RMSNorm backward at 16384: 0.92 -> 0.85): neither is done.
+  // 512-thread rows that cache transcendental values (softmax's exp): the block's next row is
+  // copied into shared memory (dynamic, <= kStagedBytesPerBlock) by cp.async while this one
+  // computes (no registers), started once loop 0 has consumed the row's data and combined its
+  // reductions; each thread copies and reads back only its own vectors, so a cp.async.wait_group
+  // is the only synchronisation. The grid is then one wave striding over the rows. Measured no gain
+  // or a loss on rows without cached values (RMSNorm at 16384: 0.90 -> 0.84), and keeping weights
+  // in shared memory likewise (RMSNorm backward at 16384: 0.92 -> 0.85): neither is done.
   const bool loop0_reduces = std::any_of(a.reductions.begin(), a.reductions.end(), [&](const Expr* r) {
     return p.stage.at(static_cast<const TensorView*>(r->input(0))) == 0;
   });
-  if (p.persistent && l.block_x > 32 && !p.cached.empty() && loop0_reduces) {
+  if (p.persistent && l.block_x >= kMaxRowThreads && !p.cached.empty() && loop0_reduces) {
     int64_t bytes = 0;
     bool copyable = true;  // every vector a cp.async size (4, 8 or 16 bytes)
     for (const TensorView* tv : p.loads) {
@@ -466,9 +457,11 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
     // All or none: a row half staged waits on its other loads anyway.
     if (!copyable || bytes > kStagedBytesPerBlock) p.staged.clear();
     l.shared_mem_bytes = p.staged.empty() ? 0 : bytes;
+    if (!p.staged.empty()) l.grid_x = std::max<int64_t>(1, std::min(rows, o.sm_count * std::max<int64_t>(1, 2048 / l.block_x)));
   }
-  // The prefetch computes the offsets of row + gridDim.x * block_y (< rows + grid rows).
-  int64_t bound = rows * red + l.block_x * s->vec * (p.iters + 1) + 2 * l.grid_x * l.block_y * red;
+  // Offsets are computed for rows below `rows` only (the staged copy of the next row checks it);
+  // the row counter itself reaches rows + gridDim.x * block_y.
+  int64_t bound = std::max(rows * red + l.block_x * s->vec * (p.iters + 1), rows + 2 * l.grid_x * l.block_y);
   s->index64 = bound > kInt32Max || p.row_index.max_offset + p.col_index.max_offset > kInt32Max;
   return true;
 }

@@ -13,10 +13,16 @@ _cpu_group = None    # meshfuser's own Gloo group over all ranks (the per-call a
 _teams = {}          # meshfuser's sub-groups, by ranks
 
 
+_communicator = None  # the process-wide instance, once initialized
+
+
 def _ensure_initialized():
+    comm = _communicator
+    if comm is not None and comm.initialized():  # every execute: one call
+        return comm
     comm = _C._Communicator.instance()
     if comm.initialized():
-        return comm
+        return _remember(comm)
     import torch
     import torch.distributed as dist
     created_here = not dist.is_initialized()
@@ -60,6 +66,12 @@ def _ensure_initialized():
 
     comm.set_team_factory(make_team)
     atexit.register(_shutdown, created_here)
+    return _remember(comm)
+
+
+def _remember(comm):
+    global _communicator
+    _communicator = comm
     return comm
 
 

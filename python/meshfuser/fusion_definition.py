@@ -1,7 +1,10 @@
 """FusionDefinition: the Python frontend (direct style and class style). Thin sugar over _C."""
 import numbers
 
+from torch import Tensor as _Tensor
+
 from . import _C
+from .distributed import _ensure_initialized
 from ._C import DataType, ParallelType, OpType
 
 TensorView = _C.TensorView
@@ -377,13 +380,17 @@ class FusionDefinition:
 
     # -- running ------------------------------------------------------------------------------
     def execute(self, inputs):
-        self._ensure_defined()
-        from .distributed import _ensure_initialized
+        # Runs once per layer per step: kept to a few attribute lookups (host time per call is
+        # time the GPU may wait for).
+        if not self._defined:
+            self._ensure_defined()
         _ensure_initialized()
-        inputs = list(inputs)
-        if any(type(t).__name__ == "DTensor" for t in inputs):
-            from .dtensor import execute_with_dtensors
-            return execute_with_dtensors(self, inputs)
+        if type(inputs) is not list:
+            inputs = list(inputs)
+        for t in inputs:
+            if type(t) is not _Tensor and type(t).__name__ == "DTensor":
+                from .dtensor import execute_with_dtensors
+                return execute_with_dtensors(self, inputs)
         outputs = self._handle.execute(inputs)
         if type(self).definition is not FusionDefinition.definition:
             return outputs, self.get_output_shardings()

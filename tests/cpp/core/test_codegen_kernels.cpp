@@ -43,12 +43,22 @@ TEST(CodegenTest, SoftmaxIsOneNormalizationKernel) {
   EXPECT_EQ((std::vector<int64_t>{k->launch.block_x, k->launch.block_y}), (std::vector<int64_t>{128, 1}));
   EXPECT_TRUE(contains(k->source, "3 loop(s) over the row, persistent (4 groups per thread in registers)"))
       << k->source;
-  // x is read once (one 16-byte cp.async per group, into shared memory while the previous row
-  // computes), then from there into registers; the output written once.
-  EXPECT_TRUE(contains(k->source, "mf_cp_async<16>(&mf_s0[it][threadIdx.x], T0 + (mf_row * 4096) + j);"))
+  // x is read once into registers (one 16-byte load per group), the output written once; a block
+  // per row (the grid covers every row: rows are handed to SMs as slots free up).
+  EXPECT_TRUE(contains(k->source, "mf_c0[it] = *reinterpret_cast<const mf_array<mf_bf16, 8>*>(T0 + ro0 + j);"))
       << k->source;
-  EXPECT_TRUE(contains(k->source, "mf_c0[it] = mf_s0[it][threadIdx.x];")) << k->source;
-  EXPECT_EQ(k->launch.shared_mem_bytes, 4 * 128 * 16);
+  EXPECT_EQ(k->launch.grid_x, 32768);
+  EXPECT_EQ(k->launch.shared_mem_bytes, 0);
+  // 512-thread rows (at most two blocks per SM) copy the block's next row into shared memory by
+  // cp.async while this one computes; the grid is one wave striding over the rows.
+  auto wide = gen(softmaxBf16(8192, 16384));
+  ASSERT_TRUE(wide.has_value());
+  EXPECT_EQ(wide->launch.block_x, 512);
+  EXPECT_TRUE(contains(wide->source, "mf_cp_async<16>(&mf_s0[it][threadIdx.x], T0 + (mf_row * 16384) + j);"))
+      << wide->source;
+  EXPECT_TRUE(contains(wide->source, "mf_c0[it] = mf_s0[it][threadIdx.x];")) << wide->source;
+  EXPECT_EQ(wide->launch.shared_mem_bytes, 4 * 512 * 16);
+  EXPECT_LT(wide->launch.grid_x, 8192);
   auto multi = gen(softmaxBf16(8, 1 << 20));
   ASSERT_TRUE(multi.has_value());
   EXPECT_TRUE(contains(multi->source, "multi-pass")) << multi->source;
