@@ -137,7 +137,8 @@ bool analyzeSegment(const KernelSegment& segment, const std::vector<KernelTensor
     // Kernels compute integers in double: exact below 2^53 only. An int64 tensor may hold larger
     // values (ids, hashes, timestamps), and PyTorch's int64 arithmetic is exact, so such segments
     // stay on ATen; int32 and bool tensors, and int64 values the kernel computes itself (sums of
-    // int32 or bool), stay generated. Runtime int64 scalars are passed as doubles (exact below 2^53).
+    // int32 or bool), stay generated. Runtime int64 scalars are passed as doubles;
+    // a call whose integer scalar is past 2^53 runs on ATen (SegmentKernels::launch).
     if (!v->isTensor()) {
       if (per_val) ++next;
       continue;

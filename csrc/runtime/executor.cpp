@@ -424,7 +424,7 @@ void FusionExecutor::runSegment(int64_t index, std::unordered_map<const Val*, at
   }
   if (kernels_.size() != program_->segments().size()) kernels_.resize(program_->segments().size());
   kernels_[index].run(exprs, program_->fusion(), values, eval,
-                      [&](const Val* v) { return scalarRuntimeValue(v, scalars, bindings).scalar.toDouble(); },
+                      [&](const Val* v) { return scalarRuntimeValue(v, scalars, bindings).scalar; },
                       /*launch=*/true, "segment " + std::to_string(index));
 }
 
@@ -453,7 +453,7 @@ std::vector<std::string> FusionExecutor::generatedKernels(const std::vector<Runt
                [&](const std::vector<Expr*>& exprs, std::unordered_map<const Val*, at::Tensor>& vals) {
                  evaluateExprs(exprs, vals, scalars, bindings, EvalContext{program_->rank(), eval_device_});
                },
-               [](const Val*) { return 0.0; }, /*launch=*/false, "segment " + std::to_string(inst.index));
+               [](const Val*) { return c10::Scalar(0.0); }, /*launch=*/false, "segment " + std::to_string(inst.index));
       }
       for (const auto& piece : sk.pieces()) {
         if (piece.kernel) sources.push_back(piece.kernel->source);

@@ -43,7 +43,13 @@ bool SegmentKernels::launch(const Piece& p, Values& values, const ScalarFn& scal
   size_t arg = 0;
   for (const Val* v : p.segment.inputs) {
     if (!v->isTensor()) {
-      scalar_args.push_back(scalar(v));
+      const c10::Scalar value = scalar(v);
+      // A kernel takes its scalars as doubles: an integer past 2^53 would arrive as another one.
+      constexpr int64_t kExactInDouble = int64_t{1} << 53;
+      if (value.isIntegral(/*includeBool=*/false) && (value.toLong() > kExactInDouble || value.toLong() < -kExactInDouble)) {
+        return false;
+      }
+      scalar_args.push_back(value.toDouble());
       continue;
     }
     const at::Tensor& t = values.at(v);
@@ -68,7 +74,8 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
                           const ScalarFn& scalar, bool do_launch, const std::string& label) {
   planned_ = true;
   auto finish = [&](Piece p) {  // runs the piece now: the next piece's args are its outputs
-    if (!(do_launch && launch(p, values, scalar))) {
+    const bool launched = do_launch && launch(p, values, scalar);
+    if (!launched) {
       eval(p.exprs, values);
       // As a kernel would have left them (e.g. on meta tensors): the next piece plans on these.
       if (p.kernel) {
@@ -81,7 +88,8 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
                   << std::endl;
       }
     }
-    last_.push_back(p.kernel ? p.kernel->scheduler : "expr_eval");
+    // Without launching (meta tensors), what would run it; else what did.
+    last_.push_back(p.kernel && (launched || !do_launch) ? p.kernel->scheduler : "expr_eval");
     pieces_.push_back(std::move(p));
   };
   Piece whole = makePiece(exprs, fusion, values);

@@ -5,7 +5,8 @@
 // segment's inputs. Guarantees: the first run plans the pieces (the whole segment when one kernel
 // holds it; else greedily in program order: a piece grows while the generator still accepts it,
 // and an op it refuses on its own runs alone on the ATen evaluator) and runs them; later runs reuse
-// the plan, and a piece whose inputs' sizes, strides or alignment changed runs on ATen. Every op of
+// the plan, and a piece whose inputs' sizes, strides or alignment changed, or that would receive an
+// integer scalar past 2^53 (kernels take scalars as doubles), runs on ATen. Every op of
 // the segment runs exactly once per run. MESHFUSER_DUMP=fallback names each op left on ATen and why.
 #pragma once
 
@@ -34,8 +35,8 @@ class SegmentKernels {
   using Values = std::unordered_map<const Val*, at::Tensor>;
   // Evaluates exprs with the ATen evaluator into `values`.
   using EvalFn = std::function<void(const std::vector<Expr*>&, Values&)>;
-  // The double passed to a kernel for a runtime scalar input.
-  using ScalarFn = std::function<double(const Val*)>;
+  // The value of a runtime scalar input (kernels receive it as a double).
+  using ScalarFn = std::function<c10::Scalar(const Val*)>;
 
   // Runs the segment (`launch`: generated kernels on CUDA tensors; else every piece on ATen, as on
   // meta tensors, still planning the pieces). `label` names the segment in dumps.

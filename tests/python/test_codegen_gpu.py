@@ -341,6 +341,23 @@ def test_int32_arithmetic_wraps_like_pytorch():
         assert torch.equal(r.cpu(), e)
 
 
+def test_integer_scalar_past_2_53_runs_on_aten():
+    """Kernels take runtime scalars as doubles: 2^53 + 1 would arrive as 2^53. Such a call runs on
+    ATen (exact), and the next call with a small scalar uses the kernel again."""
+    a = torch.tensor([3, -5, 2 ** 31 - 1, 0] * 8, dtype=torch.int32)
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1], dtype=DataType.Int32)
+        s = fd.define_scalar(dtype=DataType.Int)
+        fd.add_output(fd.ops.add(t, s))  # int32 result, wraps: + (2^53 + 1) is + 1
+    for value, scheduler in [(2 ** 53 + 1, "expr_eval"), (-(2 ** 53) - 3, "expr_eval"), (7, "pointwise")]:
+        reference = fd.execute([a, value])
+        with meshfuser.Profiler() as prof:
+            (result,) = fd.execute([a.cuda(), value])
+        assert [k.scheduler for k in prof.profile.kernel_profiles] == [scheduler]
+        assert torch.equal(result.cpu(), reference[0])
+        assert torch.equal(result.cpu(), a + value)
+
+
 def test_integer_pointwise_with_comparison_and_where():
     torch.manual_seed(0)
     a = torch.randint(-1000, 1000, (129, 65), dtype=torch.int32)
