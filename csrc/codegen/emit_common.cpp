@@ -299,6 +299,17 @@ std::string emitExpr(const Expr* e, const std::string& indent) {
   std::string value = fillTemplate(info.cuda, in);
   if (info.dtype_rule == DtypeRule::Attribute) value = roundTo(e->attrs().dtype, value);
   const TensorView* out = e->out();
+  // Integer results wrap where PyTorch's do, at every op (not only at the store): an int32 sum
+  // past 2^31 feeding a division or a comparison must see the wrapped value.
+  const bool integer = out->dtype() == DataType::Int32 || out->dtype() == DataType::Int;
+  if (compute_in_double && integer && info.dtype_rule != DtypeRule::Attribute) {
+    const bool int32 = out->dtype() == DataType::Int32;
+    if (info.cuda_integer != nullptr) {
+      value = std::string(int32 ? "(double)(int)(" : "(double)(") + fillTemplate(info.cuda_integer, in) + ")";
+    } else if (int32) {
+      value = "(double)(int)(long long)(" + value + ")";
+    }
+  }
   // Double compute: a float value is still a float (exp(100) overflows, a*b == c compares floats).
   // Rounding the double result of +, -, *, /, sqrt gives the float result exactly.
   if (compute_in_double && out->dtype() == DataType::Float && info.dtype_rule != DtypeRule::Attribute) {

@@ -97,6 +97,8 @@ std::vector<OpInfo> buildTable() {
   t.push_back(binary(OpType::Add, "add", D::Promote, "aten::add.Tensor", "{0} + {1}"));
   t.push_back(binary(OpType::Sub, "sub", D::Promote, "aten::sub.Tensor", "{0} - {1}"));
   t.push_back(binary(OpType::Mul, "mul", D::Promote, "aten::mul.Tensor", "{0} * {1}"));
+  // Unsigned: an int64 product that overflows wraps (defined behaviour), as PyTorch's does.
+  t.back().cuda_integer = "(long long)((unsigned long long)(long long)({0}) * (unsigned long long)(long long)({1}))";
   t.push_back(binary(OpType::Div, "div", D::TrueDivide, "aten::div.Tensor", "{0} / {1}"));
   t.push_back(binary(OpType::Maximum, "maximum", D::Promote, "aten::maximum", "mf_max({0}, {1})"));
   t.push_back(binary(OpType::Minimum, "minimum", D::Promote, "aten::minimum", "mf_min({0}, {1})"));

@@ -148,6 +148,10 @@ struct OpInfo {
   const char* cuda;
   const char* no_cuda;
   bool cuda_exact_bool;
+  // Integer results (computed in double): a long long expression over the operands where the float
+  // one can lose bits (a product past 2^53), so that the result wraps as PyTorch's integer
+  // arithmetic does. nullptr: the float expression is exact for integers.
+  const char* cuda_integer = nullptr;
   // Reductions: the accumulator's initial value and how two partial values combine.
   const char* cuda_init;
   const char* cuda_combine;

@@ -341,6 +341,25 @@ def test_int32_arithmetic_wraps_like_pytorch():
         assert torch.equal(r.cpu(), e)
 
 
+def test_int32_overflow_wraps_before_later_ops():
+    """(x + y) > 0 and x * y where the sum or product passes 2^31 (and the product 2^53): the kernel
+    sees the wrapped int32 values, as PyTorch does."""
+    torch.manual_seed(0)
+    a = torch.randint(-2 ** 31, 2 ** 31 - 1, (4096,), dtype=torch.int32)
+    b = torch.randint(-2 ** 31, 2 ** 31 - 1, (4096,), dtype=torch.int32)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1], dtype=DataType.Int32)
+        y = fd.define_tensor([-1], dtype=DataType.Int32)
+        fd.add_output(fd.ops.gt(fd.ops.add(x, y), 0))
+        fd.add_output(fd.ops.mul(x, y))
+        fd.add_output(fd.ops.neg(fd.ops.sub(x, y)))
+    with meshfuser.Profiler() as prof:
+        result = fd.execute([a.cuda(), b.cuda()])
+    assert [k.scheduler for k in prof.profile.kernel_profiles] == ["pointwise"]
+    for r, e in zip(result, [(a + b) > 0, a * b, -(a - b)]):
+        assert torch.equal(r.cpu(), e)
+
+
 def test_integer_scalar_past_2_53_runs_on_aten():
     """Kernels take runtime scalars as doubles: 2^53 + 1 would arrive as 2^53. Such a call runs on
     ATen (exact), and the next call with a small scalar uses the kernel again."""

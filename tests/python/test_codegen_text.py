@@ -147,6 +147,25 @@ def transposed_3d_neg():
     return fd, [torch.empty_strided((64, 8, 32), (1, 64, 512))]
 
 
+def test_int32_results_wrap_at_every_op():
+    # Integers are computed in double: each int32 result wraps where PyTorch's does (not only at the
+    # store), and a product is formed in 64-bit integers (a double loses bits past 2^53).
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1], dtype=DataType.Int32)
+        y = fd.define_tensor([-1], dtype=DataType.Int32)
+        s = fd.ops.add(x, y)
+        fd.add_output(fd.ops.gt(s, 0))
+        fd.add_output(fd.ops.mul(x, y))
+    a = torch.tensor([2 ** 31 - 1, 46341, -5] * 32, dtype=torch.int32)
+    b = torch.tensor([1, 46341, 7] * 32, dtype=torch.int32)
+    (src,) = fd.cuda_kernels([a, b])
+    assert re.search(r"const double t\d+ = \(double\)\(int\)\(long long\)\(t0 \+ t1\);", src), src
+    assert "(double)(int)((long long)((unsigned long long)(long long)(t0) * (unsigned long long)(long long)(t1)))" in src
+    # The ATen path agrees with PyTorch (the GPU test runs the kernel against it).
+    gt, prod = fd.execute([a, b])
+    assert torch.equal(gt, (a + b) > 0) and torch.equal(prod, a * b)
+
+
 def test_review_fixes_in_kernel_text():
     # sum(x, dtype=int32) converts each element before summing (PyTorch), not the float sum at the end.
     with FusionDefinition() as fd:
