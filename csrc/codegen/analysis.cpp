@@ -93,6 +93,13 @@ bool checkOp(const Expr* e, std::string* why) {
       return false;
     }
     const auto* tv = static_cast<const TensorView*>(v);
+    const char* integer_why = tv->dtype() == DataType::Int32 ? info.no_cuda_int32_result
+                              : tv->dtype() == DataType::Int ? info.no_cuda_int64_result
+                                                             : nullptr;
+    if (integer_why != nullptr) {
+      *why = str(e->toString(), ": ", integer_why);
+      return false;
+    }
     if (!tv->root().empty()) {
       *why = str(e->toString(), ": output ", tv->toString(),
                  " has a root domain (an rfactor partial or a reshape), which the CUDA generator does not support");

@@ -13,6 +13,7 @@
 #include <regex>
 
 #include "codegen/internal.h"
+#include "ir/ops.h"
 #include "support/error.h"
 
 namespace mf {
@@ -291,24 +292,32 @@ std::string roundTo(DataType dt, const std::string& a) {
 
 }  // namespace
 
+std::string wrapInt32Result(DataType dt, const std::string& value) {
+  return compute_in_double && dt == DataType::Int32 ? "(double)(int)(long long)(" + value + ")" : value;
+}
+
 std::string emitExpr(const Expr* e, const std::string& indent) {
   const OpInfo& info = opInfo(e->op());
   MF_CHECK(info.cuda != nullptr, "codegen: no expression for ", e->toString());
   std::vector<std::string> in;
   for (const Val* v : e->inputs()) in.push_back(operandText(v));
+  // Computed in int32 (PyTorch's promotion of the operands): a wider integer operand (an int64
+  // scalar or 0-dim tensor) is converted to int32 first, wrapping, as PyTorch converts it.
+  const bool promotes = info.dtype_rule == DtypeRule::Promote || info.dtype_rule == DtypeRule::Bool;
+  if (compute_in_double && promotes && e->inputs().size() > 1 && resultType({e->inputs().begin(), e->inputs().end()}) == DataType::Int32) {
+    for (size_t i = 0; i < in.size(); ++i) {
+      if (isIntegral(e->input(i)->dtype()) && e->input(i)->dtype() != DataType::Int32) in[i] = wrapInt32Result(DataType::Int32, in[i]);
+    }
+  }
   std::string value = fillTemplate(info.cuda, in);
   if (info.dtype_rule == DtypeRule::Attribute) value = roundTo(e->attrs().dtype, value);
   const TensorView* out = e->out();
-  // Integer results wrap where PyTorch's do, at every op (not only at the store): an int32 sum
-  // past 2^31 feeding a division or a comparison must see the wrapped value.
-  const bool integer = out->dtype() == DataType::Int32 || out->dtype() == DataType::Int;
-  if (compute_in_double && integer && info.dtype_rule != DtypeRule::Attribute) {
-    const bool int32 = out->dtype() == DataType::Int32;
-    if (info.cuda_integer != nullptr) {
-      value = std::string(int32 ? "(double)(int)(" : "(double)(") + fillTemplate(info.cuda_integer, in) + ")";
-    } else if (int32) {
-      value = "(double)(int)(long long)(" + value + ")";
-    }
+  // int32 results wrap where PyTorch's do, at every op (not only at the store): an int32 sum past
+  // 2^31 feeding a division or a comparison must see the wrapped value. (int64 results whose exact
+  // value double compute could lose, products and powers, stay on ATen: analysis.cpp.)
+  if (compute_in_double && out->dtype() == DataType::Int32 && info.dtype_rule != DtypeRule::Attribute) {
+    value = info.cuda_integer != nullptr ? "(double)(int)(" + fillTemplate(info.cuda_integer, in) + ")"
+                                         : wrapInt32Result(DataType::Int32, value);
   }
   // Double compute: a float value is still a float (exp(100) overflows, a*b == c compares floats).
   // Rounding the double result of +, -, *, /, sqrt gives the float result exactly.

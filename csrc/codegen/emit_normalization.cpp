@@ -203,6 +203,15 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
     }
   };
   const std::string red_text = std::to_string(s.red);
+  // Combined int32 results wrap before anything reads them (PyTorch's int32 sum wraps past 2^31).
+  auto emitWraps = [&](const std::vector<const Expr*>& done) {
+    for (const Expr* r : done) {
+      const std::string acc = tensorLocal(r->out());
+      if (wrapInt32Result(r->out()->dtype(), acc) != acc) {
+        os << "    " << acc << " = " << wrapInt32Result(r->out()->dtype(), acc) << ";\n";
+      }
+    }
+  };
   for (int l = 0; l < loops; ++l) {
     const LoopSets& ls = sets[static_cast<size_t>(l)];
     emitRowStage(l);
@@ -329,6 +338,7 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
           os << "    for (int w = 1; w < " << by << "; ++w) " << acc << " = "
              << fillTemplate(opInfo(r->op()).cuda_combine, {acc, slot + "[w][threadIdx.x]"}) << ";\n";
         }
+        emitWraps(ls.reductions);
       }
       continue;
     }
@@ -356,6 +366,7 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
       }
       if (block_reductions % 2 == 1) os << "    mf_par ^= 1;\n";
     }
+    emitWraps(ls.reductions);
     // The row's staged vectors are all consumed (the reductions above depend on every one of them),
     // so the next row's copies may overwrite them.
     if (l == 0 && !p.staged.empty()) emitNextRow("row + (" + it + ")gridDim.x", "    ");

@@ -119,6 +119,7 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
       os << "    __syncthreads();\n";
     }
     os << "    if (threadIdx.x == 0) {\n";
+    if (wrapInt32Result(y->dtype(), acc) != acc) os << "      " << acc << " = " << wrapInt32Result(y->dtype(), acc) << ";\n";
     emitEpilogue("      ");
     os << "    }\n";
     os << "  }\n}\n";
@@ -161,7 +162,7 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
      << ") {  // the epilogue, one column per thread\n";
   os << "      const " << it << " row = col0 + c;\n";
   os << "      if (row >= " << s.rows << ") break;\n";
-  os << "      const float " << acc << " = mf_partial[0][c];\n";
+  os << "      const float " << acc << " = " << wrapInt32Result(y->dtype(), "mf_partial[0][c]") << ";\n";
   emitEpilogue("      ");
   os << "    }\n";
   os << "    __syncthreads();\n";

@@ -191,6 +191,9 @@ std::string prelude();
 // mf_cp_async<bytes>(shared, global), mf_cp_async_commit(), mf_cp_async_wait(): asynchronous
 // global -> shared copies of 4, 8 or 16 bytes (a plain copy before sm_80).
 std::string cpAsyncHelpers();
+// A reduction's or op's int32 result wrapped as PyTorch's int32 arithmetic wraps (double compute
+// only; other dtypes: `value` as is).
+std::string wrapInt32Result(DataType dt, const std::string& value);
 // Kernel signature: inputs, outputs, scalar doubles; then the scalar locals.
 std::string signature(const Analysis& a, const std::string& name_token, int64_t max_threads, int64_t min_blocks = 0);
 std::string indexType(bool index64);

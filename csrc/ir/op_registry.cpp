@@ -99,10 +99,13 @@ std::vector<OpInfo> buildTable() {
   t.push_back(binary(OpType::Mul, "mul", D::Promote, "aten::mul.Tensor", "{0} * {1}"));
   // Unsigned: an int64 product that overflows wraps (defined behaviour), as PyTorch's does.
   t.back().cuda_integer = "(long long)((unsigned long long)(long long)({0}) * (unsigned long long)(long long)({1}))";
+  t.back().no_cuda_int64_result = "an int64 product can pass 2^53, where kernels (computing integers in double) round";
   t.push_back(binary(OpType::Div, "div", D::TrueDivide, "aten::div.Tensor", "{0} / {1}"));
   t.push_back(binary(OpType::Maximum, "maximum", D::Promote, "aten::maximum", "mf_max({0}, {1})"));
   t.push_back(binary(OpType::Minimum, "minimum", D::Promote, "aten::minimum", "mf_min({0}, {1})"));
   t.push_back(binary(OpType::Pow, "pow", D::Promote, "aten::pow.Tensor_Tensor", "powf({0}, {1})"));
+  t.back().no_cuda_int32_result = "an integer power wraps in integer arithmetic; the kernel's pow is a double one";
+  t.back().no_cuda_int64_result = t.back().no_cuda_int32_result;
   t.push_back(binary(OpType::Eq, "eq", D::Bool, "aten::eq.Tensor", "({0} == {1} ? 1.0f : 0.0f)"));
   t.push_back(binary(OpType::Ne, "ne", D::Bool, "aten::ne.Tensor", "({0} != {1} ? 1.0f : 0.0f)"));
   t.push_back(binary(OpType::Lt, "lt", D::Bool, "aten::lt.Tensor", "({0} < {1} ? 1.0f : 0.0f)"));

@@ -148,10 +148,14 @@ struct OpInfo {
   const char* cuda;
   const char* no_cuda;
   bool cuda_exact_bool;
-  // Integer results (computed in double): a long long expression over the operands where the float
-  // one can lose bits (a product past 2^53), so that the result wraps as PyTorch's integer
-  // arithmetic does. nullptr: the float expression is exact for integers.
+  // int32 results (computed in double): a long long expression over the operands where the float
+  // one can lose bits (a product past 2^53), so that the result wraps as PyTorch's int32
+  // arithmetic does. nullptr: the float expression is exact for int32 operands.
   const char* cuda_integer = nullptr;
+  // Why an int32 / int64 result of this op stays on ATen (double compute cannot give PyTorch's
+  // exact integer result), or nullptr.
+  const char* no_cuda_int32_result = nullptr;
+  const char* no_cuda_int64_result = nullptr;
   // Reductions: the accumulator's initial value and how two partial values combine.
   const char* cuda_init;
   const char* cuda_combine;

@@ -115,15 +115,17 @@ std::vector<IterDomain*> broadcastShapes(Fusion& f, OpType op, const std::vector
   return out;
 }
 
-DataType resultType(const std::vector<Val*>& operands) {
+}  // namespace
+
+DataType resultType(const std::vector<const Val*>& operands) {
   // PyTorch's three tiers: tensors with axes, then 0-dim tensors, then Python scalars (a float
   // scalar counts as the default float32, an integer as int64); a lower tier only matters when it
   // is of a higher category (torch's combine_categories): int32[n] + int64[] stays int32,
   // half[n] + float32[] stays half, int32[n] + float64[] is float64.
   std::optional<DataType> dim_type, zero_type, scalar_type;
-  for (Val* v : operands) {
+  for (const Val* v : operands) {
     auto& slot = !v->isTensor() ? scalar_type
-                 : static_cast<TensorView*>(v)->logicalNoReductions().empty() ? zero_type : dim_type;
+                 : static_cast<const TensorView*>(v)->logicalNoReductions().empty() ? zero_type : dim_type;
     slot = slot ? promote(*slot, v->dtype()) : v->dtype();
   }
   if (!dim_type && !zero_type) return *scalar_type;
@@ -137,7 +139,6 @@ DataType resultType(const std::vector<Val*>& operands) {
   if (scalar_type) wrapped = isFloatingPoint(*scalar_type) ? DataType::Float : isIntegral(*scalar_type) ? DataType::Int : DataType::Bool;
   return *combine(dim_type, combine(zero_type, wrapped));
 }
-}  // namespace
 
 Scalar* extentArithmetic(OpType op, Val* a, Val* b) {
   auto* sa = dynamic_cast<Scalar*>(a);

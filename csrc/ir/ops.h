@@ -17,6 +17,9 @@ TensorView* unaryOp(OpType op, TensorView* x);
 TensorView* castOp(TensorView* x, DataType dtype);
 // Either operand may be a Scalar; at least one must be a tensor.
 TensorView* binaryOp(OpType op, Val* a, Val* b);
+// The dtype PyTorch computes an op of these operands in (its three tiers: tensors with axes, 0-dim
+// tensors, Python scalars).
+DataType resultType(const std::vector<const Val*>& operands);
 // Integer scalars only (constants, inputs, extents): add/sub/mul give an extent scalar, usable as
 // a reshape size or a slice bound (fd.ops.mul(fd.ops.size(x, 0), 2)).
 Scalar* extentArithmetic(OpType op, Val* a, Val* b);

@@ -360,6 +360,30 @@ def test_int32_overflow_wraps_before_later_ops():
         assert torch.equal(r.cpu(), e)
 
 
+def test_integer_results_match_pytorch():
+    """Integer powers, int64 products, a wrapped int32 sum read by later ops, and an int64 scalar
+    meeting an int32 tensor: PyTorch's integer results."""
+    a = torch.tensor([0, 2, 3, -7] * 16, dtype=torch.int32)
+    b = torch.tensor([-1, 64, 41, 3] * 16, dtype=torch.int32)
+    big = torch.full((4, 64), 2 ** 30, dtype=torch.int32)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1], dtype=DataType.Int32)
+        y = fd.define_tensor([-1], dtype=DataType.Int32)
+        m = fd.define_tensor([-1, -1], dtype=DataType.Int32)
+        fd.add_output(fd.ops.pow(x, fd.ops.abs(y)))
+        w = fd.ops.cast(fd.ops.mul(x, 2 ** 20), DataType.Int)
+        fd.add_output(fd.ops.mul(w, w))
+        s = fd.ops.sum(m, [1], dtype=DataType.Int32)
+        fd.add_output(fd.ops.gt(s, 0))
+        fd.add_output(fd.ops.maximum(x, 2 ** 32))
+        fd.add_output(fd.ops.eq(x, 2 ** 32))
+    expected = [a ** b.abs(), (a * 2 ** 20).long() * (a * 2 ** 20).long(), big.sum(1, dtype=torch.int32) > 0,
+                torch.maximum(a, torch.tensor(0, dtype=torch.int32)), a == 0]
+    result = fd.execute([a.cuda(), b.cuda(), big.cuda()])
+    for r, e in zip(result, expected):
+        assert torch.equal(r.cpu(), e), (r, e)
+
+
 def test_integer_scalar_past_2_53_runs_on_aten():
     """Kernels take runtime scalars as doubles: 2^53 + 1 would arrive as 2^53. Such a call runs on
     ATen (exact), and the next call with a small scalar uses the kernel again."""

@@ -166,6 +166,38 @@ def test_int32_results_wrap_at_every_op():
     assert torch.equal(gt, (a + b) > 0) and torch.equal(prod, a * b)
 
 
+def test_integer_semantics_in_kernel_text():
+    # A combined int32 sum wraps before the ops after it read it (PyTorch's int32 sum wraps).
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1, -1], dtype=DataType.Int32)
+        fd.add_output(fd.ops.gt(fd.ops.sum(t, [1], dtype=DataType.Int32), 0))
+    x = torch.full((4, 64), 2 ** 30, dtype=torch.int32)
+    (src,) = fd.cuda_kernels([x])
+    assert re.search(r"(t\d+) = \(double\)\(int\)\(long long\)\(\1\);", src), src
+    assert torch.equal(fd.execute([x])[0], torch.sum(x, 1, dtype=torch.int32) > 0)
+    # An int64 scalar meeting an int32 tensor is converted to int32 first (wrapping), as PyTorch does.
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1], dtype=DataType.Int32)
+        fd.add_output(fd.ops.maximum(t, 2 ** 32))
+        fd.add_output(fd.ops.eq(t, 2 ** 32))
+    y = torch.tensor([5, 0] * 32, dtype=torch.int32)
+    (src,) = fd.cuda_kernels([y])
+    assert "mf_max(t0, (double)(int)(long long)(4294967296.0))" in src
+    assert "(t0 == (double)(int)(long long)(4294967296.0) ? 1.0 : 0.0)" in src
+    # Integer powers and int64 products stay on ATen (double compute would round them); the int32
+    # add beside them is still generated.
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([-1], dtype=DataType.Int32)
+        u = fd.define_tensor([-1], dtype=DataType.Int32)
+        fd.add_output(fd.ops.pow(t, u))
+        c = fd.ops.cast(t, DataType.Int)
+        fd.add_output(fd.ops.mul(c, c))
+        fd.add_output(fd.ops.add(t, u))
+    sources = fd.cuda_kernels([y, y])
+    assert not any("pow(" in k or "powf(" in k or "unsigned long long" in k for k in sources)
+    assert any("t0 + t1" in k for k in sources)
+
+
 def test_review_fixes_in_kernel_text():
     # sum(x, dtype=int32) converts each element before summing (PyTorch), not the float sum at the end.
     with FusionDefinition() as fd:
