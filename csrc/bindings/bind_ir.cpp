@@ -39,10 +39,32 @@ AttentionOptions attentionOptions(const char* op, const py::object& dropout_p, c
   return o;
 }
 
+// A Val handed to Python keeps its Fusion's Python object alive: the Fusion owns the Val, and a
+// result outliving its FusionDefinition was a dangling pointer (a segfault on first use).
+py::object owned(Val* v) {
+  py::object result = py::cast(v, py::return_value_policy::reference);
+  if (v != nullptr) py::detail::keep_alive_impl(result, py::cast(v->fusion(), py::return_value_policy::reference));
+  return result;
+}
+
 py::tuple tupleOf(const std::vector<TensorView*>& tvs) {
   py::tuple t(tvs.size());
-  for (size_t i = 0; i < tvs.size(); ++i) t[i] = py::cast(tvs[i], py::return_value_policy::reference);
+  for (size_t i = 0; i < tvs.size(); ++i) t[i] = owned(tvs[i]);
   return t;
+}
+
+// An op binding whose result keeps its Fusion alive (see owned()).
+template <typename R, typename... A>
+auto keepsFusion(R (*fn)(A...)) {
+  return [fn](A... args) -> py::object {
+    if constexpr (std::is_same_v<R, std::vector<Scalar*>>) {
+      py::list out;
+      for (Scalar* v : fn(std::forward<A>(args)...)) out.append(owned(v));
+      return std::move(out);
+    } else {
+      return owned(fn(std::forward<A>(args)...));
+    }
+  };
 }
 
 }  // namespace
@@ -109,7 +131,7 @@ void bindIr(py::module& m) {
       .def("has_device_mesh", &TensorView::hasMesh)
       .def_property_readonly("device_mesh", &TensorView::mesh)
       .def("set_allocation_as_loop", &TensorView::setAllocationAsLoop)
-      .def("rfactor", &TensorView::rfactor, py::return_value_policy::reference)
+      .def("rfactor", [](TensorView& tv, const std::vector<int64_t>& axes) { return owned(tv.rfactor(axes)); })
       .def("axis_info",
            [](const TensorView& tv, int64_t i) {
              IterDomain* id = tv.axis(i);
@@ -158,36 +180,34 @@ void bindIr(py::module& m) {
       });
 
   // Ops (free functions; the Python `fd.ops` namespace forwards here).
-  auto rv = py::return_value_policy::reference;
   py::module ops = m.def_submodule("ops");
-  ops.def("unary", &unaryOp, rv);
-  ops.def("cast", &castOp, rv);
-  ops.def("binary", &binaryOp, rv);
-  ops.def("extent_arithmetic", &extentArithmetic, rv);
-  ops.def("where", &whereOp, rv);
-  ops.def("reduction", &reductionOp, py::arg("op"), py::arg("x"), py::arg("dims"), py::arg("dtype") = py::none(), rv);
-  ops.def("broadcast_in_dim", &broadcastInDim, rv);
-  ops.def("squeeze", &squeeze, rv);
-  ops.def("permute", &permute, rv);
-  ops.def("reshape", &reshape, rv);
-  ops.def("reshape_vals", &reshapeExtents, rv);
-  ops.def("size", &size, rv);
-  ops.def("shape", &shape, rv);
-  ops.def("slice", &slice, py::arg("x"), py::arg("starts"), py::arg("ends"),
-          py::arg("strides") = std::vector<int64_t>{}, rv);
-  ops.def("pad", &pad, py::arg("x"), py::arg("pad_widths"), py::arg("value") = nullptr, rv);
-  ops.def("cat", &cat, rv);
-  ops.def("stride_order", &strideOrder, rv);
+  ops.def("unary", keepsFusion(&unaryOp));
+  ops.def("cast", keepsFusion(&castOp));
+  ops.def("binary", keepsFusion(&binaryOp));
+  ops.def("extent_arithmetic", keepsFusion(&extentArithmetic));
+  ops.def("where", keepsFusion(&whereOp));
+  ops.def("reduction", keepsFusion(&reductionOp), py::arg("op"), py::arg("x"), py::arg("dims"), py::arg("dtype") = py::none());
+  ops.def("broadcast_in_dim", keepsFusion(&broadcastInDim));
+  ops.def("squeeze", keepsFusion(&squeeze));
+  ops.def("permute", keepsFusion(&permute));
+  ops.def("reshape", keepsFusion(&reshape));
+  ops.def("reshape_vals", keepsFusion(&reshapeExtents));
+  ops.def("size", keepsFusion(&size));
+  ops.def("shape", keepsFusion(&shape));
+  ops.def("slice", keepsFusion(&slice), py::arg("x"), py::arg("starts"), py::arg("ends"),
+          py::arg("strides") = std::vector<int64_t>{});
+  ops.def("pad", keepsFusion(&pad), py::arg("x"), py::arg("pad_widths"), py::arg("value") = nullptr);
+  ops.def("cat", keepsFusion(&cat));
+  ops.def("stride_order", keepsFusion(&strideOrder));
   ops.def(
       "var_mean",
       [](TensorView* x, const std::vector<int64_t>& dims, double correction, bool keepdim) {
         auto [var, mean] = varMean(x, dims, correction, keepdim);
-        return py::make_tuple(py::cast(var, py::return_value_policy::reference),
-                              py::cast(mean, py::return_value_policy::reference));
+        return py::make_tuple(owned(var), owned(mean));
       },
       py::arg("x"), py::arg("dims"), py::arg("correction") = 1.0, py::arg("keepdim") = false);
-  ops.def("matmul", &matmul, rv);
-  ops.def("linear", &linear, py::arg("x"), py::arg("w"), py::arg("bias") = nullptr, rv);
+  ops.def("matmul", keepsFusion(&matmul));
+  ops.def("linear", keepsFusion(&linear), py::arg("x"), py::arg("w"), py::arg("bias") = nullptr);
   ops.def(
       "sdpfa_fwd",
       [](TensorView* q, TensorView* k, TensorView* v, py::object dropout_p, py::object is_causal, py::object scale) {
@@ -204,9 +224,9 @@ void bindIr(py::module& m) {
       },
       py::arg("grad_attn"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("attn"), py::arg("logsumexp"),
       py::arg("dropout_p"), py::arg("is_causal"), py::arg("seed"), py::arg("offset"), py::arg("scale") = py::none());
-  ops.def("uniform", &uniform, py::arg("low"), py::arg("high"), py::arg("shape"), py::arg("dtype"), py::arg("seed"),
-          py::arg("offset"), rv);
-  ops.def("embedding_fwd", &embeddingFwd, py::arg("indices"), py::arg("weight"), py::arg("padding_idx") = py::none(), rv);
+  ops.def("uniform", keepsFusion(&uniform), py::arg("low"), py::arg("high"), py::arg("shape"), py::arg("dtype"), py::arg("seed"),
+          py::arg("offset"));
+  ops.def("embedding_fwd", keepsFusion(&embeddingFwd), py::arg("indices"), py::arg("weight"), py::arg("padding_idx") = py::none());
   py::enum_<OpType> op_type(m, "OpType");
   for (const OpInfo& info : allOps()) op_type.value(info.name, info.op);
   // The registry as Python sees it: fd.ops builds its plain unary and binary functions from it.

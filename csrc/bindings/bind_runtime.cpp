@@ -48,12 +48,15 @@ class FusionHandle {
       throw;
     }
     py::gil_scoped_release release;
-    return cache.run(inputs);
+    FusionExecutor* used = nullptr;
+    std::vector<at::Tensor> outputs = cache.run(inputs, &used);
+    last_ = used;  // this definition's own last program (identical definitions share the cache)
+    return outputs;
   }
 
   std::vector<std::string> cudaKernels(const py::list& args) {
     std::vector<RuntimeValue> inputs = toInputs(args);
-    return cache().executorFor(inputs).generatedKernels(inputs);
+    return cache().generatedKernels(inputs);
   }
 
   static std::vector<RuntimeValue> toInputs(const py::list& args) {
@@ -89,13 +92,14 @@ class FusionHandle {
       if (slot == nullptr) slot = std::make_shared<FusionExecutorCache>(std::shared_ptr<const Fusion>(fusion_->clone()));
       cache_ = slot;
       version_ = fusion_->version();
+      last_ = nullptr;
     }
     return *cache_;
   }
 
   const FusionExecutor& last() const {
-    MF_USER_CHECK(cache_ && cache_->lastExecutor(), "no program yet: call execute() first");
-    return *cache_->lastExecutor();
+    MF_USER_CHECK(cache_ && last_ != nullptr, "no program yet: call execute() first");
+    return *last_;
   }
 
   // Per output: (mesh devices, mesh shape, {parallel type: runtime axis}).
@@ -116,6 +120,7 @@ class FusionHandle {
  private:
   std::shared_ptr<Fusion> fusion_;
   std::shared_ptr<FusionExecutorCache> cache_;
+  FusionExecutor* last_ = nullptr;  // owned by cache_
   int64_t version_ = -1;
 };
 

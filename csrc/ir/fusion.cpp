@@ -78,6 +78,10 @@ Scalar* Fusion::newScalar(DataType dtype, std::optional<double> value, std::stri
 }
 
 Expr* Fusion::newExpr(OpType op, std::vector<Val*> inputs, std::vector<Val*> outputs, ExprAttrs attrs) {
+  for (const Val* in : inputs) {
+    MF_USER_ARG_CHECK(in->fusion() == this, toString(op), ": operand ", in->toString(),
+                      " belongs to another fusion definition; an op takes values of the definition it is built in");
+  }
   exprs_.push_back(std::make_unique<Expr>(static_cast<int64_t>(exprs_.size()), op, inputs, outputs, std::move(attrs)));
   Expr* e = exprs_.back().get();
   bump();
@@ -145,6 +149,7 @@ void Fusion::addInput(Val* v) {
 
 void Fusion::addOutput(Val* v) {
   MF_USER_ARG_CHECK(v->isTensor(), "add_output: only tensors can be outputs; got scalar ", v->toString());
+  MF_USER_ARG_CHECK(v->fusion() == this, "add_output: ", v->toString(), " belongs to another fusion definition");
   outputs_.push_back(v);
   bump();
 }

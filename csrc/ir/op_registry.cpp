@@ -106,6 +106,7 @@ std::vector<OpInfo> buildTable() {
   t.push_back(binary(OpType::Pow, "pow", D::Promote, "aten::pow.Tensor_Tensor", "powf({0}, {1})"));
   t.back().no_cuda_int32_result = "an integer power wraps in integer arithmetic; the kernel's pow is a double one";
   t.back().no_cuda_int64_result = t.back().no_cuda_int32_result;
+  t.back().refuses_negative_integer_exponent = true;
   t.push_back(binary(OpType::Eq, "eq", D::Bool, "aten::eq.Tensor", "({0} == {1} ? 1.0f : 0.0f)"));
   t.push_back(binary(OpType::Ne, "ne", D::Bool, "aten::ne.Tensor", "({0} != {1} ? 1.0f : 0.0f)"));
   t.push_back(binary(OpType::Lt, "lt", D::Bool, "aten::lt.Tensor", "({0} < {1} ? 1.0f : 0.0f)"));

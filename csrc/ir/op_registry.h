@@ -156,6 +156,9 @@ struct OpInfo {
   // exact integer result), or nullptr.
   const char* no_cuda_int32_result = nullptr;
   const char* no_cuda_int64_result = nullptr;
+  // pow: an integer or bool base to a negative integer power is an error, as in PyTorch (checked
+  // for a constant exponent when the op is built, for a runtime one when it runs).
+  bool refuses_negative_integer_exponent = false;
   // Reductions: the accumulator's initial value and how two partial values combine.
   const char* cuda_init;
   const char* cuda_combine;

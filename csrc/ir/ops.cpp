@@ -13,11 +13,17 @@ IterDomain* freshLike(Fusion& f, const IterDomain* id, IterType type) { return f
 
 TensorView* newOutput(Fusion& f, DataType dtype, const std::vector<IterDomain*>& ids) { return f.newTensor(dtype, ids); }
 
+// The fusion all operands belong to (checked before an op touches any of them).
 Fusion& fusionOf(std::initializer_list<Val*> vals) {
+  Fusion* f = nullptr;
   for (Val* v : vals) {
-    if (v != nullptr) return *v->fusion();
+    if (v == nullptr) continue;
+    if (f == nullptr) f = v->fusion();
+    MF_USER_ARG_CHECK(v->fusion() == f, "operand ", v->toString(), " belongs to another fusion definition than ",
+                      "the other operands; an op takes values of one definition");
   }
-  MF_THROW_INTERNAL("op without operands");
+  MF_CHECK(f != nullptr, "op without operands");
+  return *f;
 }
 
 }  // namespace
@@ -167,7 +173,7 @@ TensorView* binaryOp(OpType op, Val* a, Val* b) {
   const OpInfo& info = opInfo(op);
   MF_CHECK(info.kind == OpKind::Binary, "not a binary op: ", info.name);
   MF_USER_ARG_CHECK(a->isTensor() || b->isTensor(), info.name, ": at least one operand must be a tensor");
-  if (op == OpType::Pow && (isIntegral(a->dtype()) || a->dtype() == DataType::Bool) && !b->isTensor()) {
+  if (info.refuses_negative_integer_exponent && (isIntegral(a->dtype()) || a->dtype() == DataType::Bool) && !b->isTensor()) {
     const auto* e = static_cast<const Scalar*>(b);
     MF_USER_ARG_CHECK(!(isIntegral(b->dtype()) && e->value() && *e->value() < 0), "pow: ", a->toString(), " has dtype ",
                       toString(a->dtype()), " and the exponent ", *e->value(),

@@ -262,6 +262,13 @@ at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in,
     case AtenArgs::CounterRng: result = uniform(e, in, bindings, context); break;
     case AtenArgs::Embedding: result = embedding(e, in, context); break;
     case AtenArgs::Operands: {
+      if (info.refuses_negative_integer_exponent && in.size() == 2 && in[0].is_tensor && !in[1].is_tensor) {
+        const bool integer_base = at::isIntegralType(in[0].tensor.scalar_type(), /*includeBool=*/true);
+        MF_USER_CHECK(!(integer_base && in[1].scalar.isIntegral(false) && in[1].scalar.toLong() < 0), info.name,
+                      ": the base has dtype ", in[0].tensor.scalar_type(), " and the runtime exponent ",
+                      in[1].scalar.toLong(), " is a negative integer; integers to negative integer powers are not "
+                      "allowed (as in PyTorch)");
+      }
       std::vector<c10::IValue> args;
       // A half/bfloat16 result with a Python-scalar operand computes in float, then rounds (below):
       // ATen keeps a scalar in float only as the second operand, and cast 70000.0 * h's scalar to

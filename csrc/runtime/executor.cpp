@@ -36,6 +36,17 @@ FusionExecutor::FusionExecutor(const Fusion& fusion, int64_t rank, Communicator&
   if (isDumpEnabled(DumpOption::HostProgram)) std::cout << program_->toString();
 }
 
+namespace {
+// A runtime scalar as its declared dtype (validate() refused the kinds that would change its value):
+// a floating scalar given a Python int computes as a float, as the definition typed it.
+c10::Scalar declaredScalar(DataType dt, const c10::Scalar& s) {
+  if (isFloatingPoint(dt)) return c10::Scalar(s.toDouble());
+  if (isIntegral(dt)) return c10::Scalar(s.toLong());
+  if (dt == DataType::Bool) return c10::Scalar(s.toBool());
+  return s;
+}
+}  // namespace
+
 std::string FusionExecutor::validate(const std::vector<RuntimeValue>& inputs, ExtentBindings& bindings) const {
   const Fusion& f = program_->fusion();
   int64_t rank = program_->rank();
@@ -48,6 +59,17 @@ std::string FusionExecutor::validate(const std::vector<RuntimeValue>& inputs, Ex
     const RuntimeValue& rv = inputs[i];
     if (!v->isTensor()) {
       if (rv.is_tensor) return mf::str("input ", i, " must be a scalar (", toString(v->dtype()), ") but got a tensor");
+      // The definition typed the ops by the scalar's declared dtype: a Python number of another
+      // kind would compute something else (2.7 for an integer scalar truncated to 2).
+      const bool integer = rv.scalar.isIntegral(/*includeBool=*/false);
+      if (isIntegral(v->dtype()) && !integer) {
+        return mf::str("input ", i, " (", v->toString(), ") is an integer scalar (", toString(v->dtype()), ") but got ",
+                       rv.scalar.isBoolean() ? "a bool" : "a float", " (", rv.scalar.toDouble(), ")");
+      }
+      if (v->dtype() == DataType::Bool && !rv.scalar.isBoolean()) {
+        return mf::str("input ", i, " (", v->toString(), ") is a bool scalar but got ", integer ? "an integer" : "a float",
+                       " (", rv.scalar.toDouble(), ")");
+      }
       // An integer scalar may be an extent (a slice bound, a reshape size): bound under its name.
       if (isIntegral(v->dtype()) && rv.scalar.isIntegral(/*includeBool=*/false)) {
         bindings[v->toString()] = rv.scalar.toLong();
@@ -257,7 +279,7 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
   std::unordered_map<const Val*, c10::Scalar> scalars;
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].is_tensor) values[f.inputs()[i]] = inputs[i].tensor;
-    else scalars[f.inputs()[i]] = inputs[i].scalar;
+    else scalars[f.inputs()[i]] = declaredScalar(f.inputs()[i]->dtype(), inputs[i].scalar);
   }
   // Per communication, the works to wait for (point-to-point moves post several).
   std::vector<std::vector<c10::intrusive_ptr<c10d::Work>>> works(program_->communications().size());
@@ -439,7 +461,7 @@ std::vector<std::string> FusionExecutor::generatedKernels(const std::vector<Runt
   eval_device_ = c10::Device(at::kMeta);
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].is_tensor) values[f.inputs()[i]] = inputs[i].tensor.to(at::kMeta);
-    else scalars[f.inputs()[i]] = inputs[i].scalar;
+    else scalars[f.inputs()[i]] = declaredScalar(f.inputs()[i]->dtype(), inputs[i].scalar);
   }
   std::vector<std::string> sources;
   if (kernels_.size() != program_->segments().size()) kernels_.resize(program_->segments().size());
@@ -506,8 +528,16 @@ void FusionExecutorCache::refuseCall(const std::string& error) {
   agreeOnCall(comm, *fusion_, fingerprint(*fusion_), {}, {}, error, strictAgreement());
 }
 
-std::vector<at::Tensor> FusionExecutorCache::run(const std::vector<RuntimeValue>& inputs) {
-  return executorFor(inputs).run(inputs);
+std::vector<at::Tensor> FusionExecutorCache::run(const std::vector<RuntimeValue>& inputs, FusionExecutor** used) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  FusionExecutor& executor = executorFor(inputs);
+  if (used != nullptr) *used = &executor;
+  return executor.run(inputs);
+}
+
+std::vector<std::string> FusionExecutorCache::generatedKernels(const std::vector<RuntimeValue>& inputs) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return executorFor(inputs).generatedKernels(inputs);
 }
 
 }  // namespace mf

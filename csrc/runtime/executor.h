@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <unordered_map>
 #include <vector>
 
@@ -100,12 +101,15 @@ class FusionExecutorCache {
  public:
   explicit FusionExecutorCache(std::shared_ptr<const Fusion> fusion, Communicator& comm = Communicator::instance())
       : fusion_(std::move(fusion)), comm_(&comm) {}
-  std::vector<at::Tensor> run(const std::vector<RuntimeValue>& inputs);
+  // Runs the executor for these inputs (`used`, when given, receives it). One call at a time per
+  // cache: execute() releases the GIL, and two threads running the same definition (or two
+  // identical definitions, which share a cache) must not plan or bind into one executor at once.
+  std::vector<at::Tensor> run(const std::vector<RuntimeValue>& inputs, FusionExecutor** used = nullptr);
+  // The generated kernels' sources for these inputs (cuda_kernels()), under the same lock.
+  std::vector<std::string> generatedKernels(const std::vector<RuntimeValue>& inputs);
   // A call this rank cannot even start (`error`, e.g. an input that is not a tensor): it still
   // takes part in the per-call agreement, so that every rank raises. Throws on the other ranks.
   void refuseCall(const std::string& error);
-  // The executor for these inputs' signature (compiled on first use).
-  FusionExecutor& executorFor(const std::vector<RuntimeValue>& inputs);
   // The executor used by the most recent run (for host_program() / shardings), or null.
   FusionExecutor* lastExecutor() const { return last_; }
   size_t numExecutors() const { return executors_.size(); }
@@ -116,6 +120,9 @@ class FusionExecutorCache {
   };
   std::shared_ptr<const Fusion> fusion_;
   Communicator* comm_;
+  // The executor for these inputs' signature (compiled on first use); mutex_ held.
+  FusionExecutor& executorFor(const std::vector<RuntimeValue>& inputs);
+  std::mutex mutex_;
   std::unordered_map<std::vector<int64_t>, std::unique_ptr<FusionExecutor>, Hash> executors_;
   FusionExecutor* last_ = nullptr;
 };

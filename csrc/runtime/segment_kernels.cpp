@@ -60,6 +60,7 @@ bool SegmentKernels::launch(const Piece& p, Values& values, const ScalarFn& scal
     if (!same) return false;
     ins.push_back(t);
   }
+  if (ins.empty()) return false;  // outputs take their device from an input
   std::vector<at::Tensor> outs;
   for (size_t i = 0; i < p.segment.outputs.size(); ++i) {
     const TensorView* tv = p.segment.outputs[i];

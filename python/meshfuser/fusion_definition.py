@@ -1,5 +1,6 @@
 """FusionDefinition: the Python frontend (direct style and class style). Thin sugar over _C."""
 import numbers
+import threading
 
 from torch import Tensor as _Tensor
 
@@ -73,13 +74,21 @@ def _no_truth_value(_tv):
 
 TensorView.__bool__ = _no_truth_value
 
-_active = []
+class _ActiveDefinitions(threading.local):
+    """The definitions being built, innermost last: per thread, so that operator sugar in one
+    thread never lands in a definition another thread is building."""
+
+    def __init__(self):
+        self.stack = []
+
+
+_active_definitions = _ActiveDefinitions()
 
 
 def _current_ops(_tv):
-    if not _active:
+    if not _active_definitions.stack:
         raise _C.Error("tensor arithmetic needs an active FusionDefinition")
-    return _active[-1].ops
+    return _active_definitions.stack[-1].ops
 
 
 class _Ops:
@@ -327,11 +336,11 @@ class FusionDefinition:
 
     # -- definition ---------------------------------------------------------------------------
     def __enter__(self):
-        _active.append(self)
+        _active_definitions.stack.append(self)
         return self
 
     def __exit__(self, *exc):
-        _active.pop()
+        _active_definitions.stack.pop()
         self._defined = True
         return False
 
@@ -364,12 +373,12 @@ class FusionDefinition:
         if self._defined:
             return
         if type(self).definition is not FusionDefinition.definition:
-            _active.append(self)
+            _active_definitions.stack.append(self)
             try:
                 self.definition()
                 self.multidevice_schedule()
             finally:
-                _active.pop()
+                _active_definitions.stack.pop()
         self._defined = True
 
     def definition(self):  # class style overrides

@@ -301,3 +301,53 @@ def test_integer_to_a_negative_integer_power_is_an_error():
     with pytest.raises(meshfuser.Error, match="integers to negative integer powers are not allowed"):
         with FusionDefinition() as fd:
             fd.ops.pow(fd.define_tensor([-1], dtype=DataType.Int32), -2)
+
+
+# -- runtime scalars and values of other definitions -----------------------------------------------
+
+def test_runtime_scalar_of_the_wrong_kind():
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1], dtype=DataType.Int)
+        s = fd.define_scalar(dtype=DataType.Int)
+        fd.add_output(fd.ops.mul(a, s))
+    x = torch.ones(2, dtype=torch.long)
+    with pytest.raises(meshfuser.Error, match=r"input 1 \(S\d+\) is an integer scalar \(int64\) but got a float \(2.7"):
+        fd.execute([x, 2.7])
+    assert torch.equal(fd.execute([x, 3])[0], x * 3)
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1])
+        flag = fd.define_scalar(dtype=DataType.Bool)
+        fd.add_output(fd.ops.where(flag, a, fd.ops.neg(a)))
+    y = torch.randn(4)
+    with pytest.raises(meshfuser.Error, match=r"input 1 \(S\d+\) is a bool scalar but got an integer \(1"):
+        fd.execute([y, 1])
+    assert torch.equal(fd.execute([y, False])[0], -y)
+
+
+def test_integer_to_a_negative_runtime_integer_power():
+    with FusionDefinition() as fd:
+        a = fd.define_tensor([-1], dtype=DataType.Int)
+        s = fd.define_scalar(dtype=DataType.Int)
+        fd.add_output(fd.ops.pow(a, s))
+    x = torch.tensor([2, 3])
+    with pytest.raises(meshfuser.Error, match="runtime exponent -1 is a negative integer; integers to negative"):
+        fd.execute([x, -1])
+    assert torch.equal(fd.execute([x, 3])[0], x ** 3)
+
+
+def test_values_of_another_definition():
+    with FusionDefinition() as fd1:
+        a = fd1.define_tensor([2])
+    with FusionDefinition() as fd2:
+        b = fd2.define_tensor([2])
+        with pytest.raises(meshfuser.Error, match="belongs to another fusion definition"):
+            fd2.ops.add(a, b)
+        with pytest.raises(meshfuser.Error, match="belongs to another fusion definition"):
+            fd2.ops.add(b, a)
+        with pytest.raises(meshfuser.Error, match="belongs to another fusion definition"):
+            fd2.ops.mul(a, 2.0)  # the constant is made in fd2, the tensor is fd1's
+        with pytest.raises(meshfuser.Error, match="add_output: T\\d+.* belongs to another fusion definition"):
+            fd2.add_output(a)
+        fd2.add_output(fd2.ops.neg(b))
+    x = torch.randn(2)
+    assert torch.equal(fd2.execute([x])[0], -x)

@@ -219,7 +219,8 @@ def test_uniform_tensor_bound_is_an_error():
 @pytest.mark.parametrize("inputs,match", [
     ([2.0, 1.0, 0, 0], "low <= high"),
     ([0.0, 1.0, -5, 0], "rng_seed is -5"),
-    ([0.0, 1.0, 0, 2.5], "rng_offset is 2.5"),
+    # An Int scalar given a float is refused where inputs are checked, naming the input.
+    ([0.0, 1.0, 0, 2.5], r"input 3 \(S\d+\) is an integer scalar \(int64\) but got a float \(2.5"),
 ])
 def test_uniform_runtime_scalar_errors(inputs, match):
     with FusionDefinition() as fd:
