@@ -47,10 +47,13 @@ class FusionHandle {
       }
       throw;
     }
-    py::gil_scoped_release release;
     FusionExecutor* used = nullptr;
-    std::vector<at::Tensor> outputs = cache.run(inputs, &used);
-    last_ = used;  // this definition's own last program (identical definitions share the cache)
+    std::vector<at::Tensor> outputs;
+    {
+      py::gil_scoped_release release;
+      outputs = cache.run(inputs, &used);
+    }
+    last_ = used;  // this definition's own last program (identical definitions share the cache); under the GIL
     return outputs;
   }
 
