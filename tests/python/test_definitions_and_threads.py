@@ -58,7 +58,7 @@ def test_concurrent_execution_from_threads():
             if not torch.equal(out, x * scale):
                 failures.append((t, i))
 
-    threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
+    threads = [threading.Thread(target=work, args=(t,), daemon=True) for t in range(6)]
     for th in threads:
         th.start()
     for th in threads:
@@ -69,7 +69,7 @@ def test_concurrent_execution_from_threads():
 
 def test_definitions_built_in_two_threads_at_once():
     # Operator sugar (x * 2.0) uses the definition being built in this thread, not another's.
-    barrier = threading.Barrier(2)
+    barrier = threading.Barrier(2, timeout=30)  # a failing thread breaks it: no hang
     results = {}
 
     def build(t):
@@ -80,7 +80,7 @@ def test_definitions_built_in_two_threads_at_once():
             barrier.wait()
         results[t] = fd.execute([torch.ones(4)])[0]
 
-    threads = [threading.Thread(target=build, args=(t,)) for t in range(2)]
+    threads = [threading.Thread(target=build, args=(t,), daemon=True) for t in range(2)]
     for th in threads:
         th.start()
     for th in threads:
