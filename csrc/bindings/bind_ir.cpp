@@ -186,7 +186,8 @@ void bindIr(py::module& m) {
   ops.def("binary", keepsFusion(&binaryOp));
   ops.def("extent_arithmetic", keepsFusion(&extentArithmetic));
   ops.def("where", keepsFusion(&whereOp));
-  ops.def("reduction", keepsFusion(&reductionOp), py::arg("op"), py::arg("x"), py::arg("dims"), py::arg("dtype") = py::none());
+  ops.def("reduction", keepsFusion(&reductionOp), py::arg("op"), py::arg("x"), py::arg("dims"),
+          py::arg("dtype") = py::none());
   ops.def("broadcast_in_dim", keepsFusion(&broadcastInDim));
   ops.def("squeeze", keepsFusion(&squeeze));
   ops.def("permute", keepsFusion(&permute));
@@ -224,9 +225,10 @@ void bindIr(py::module& m) {
       },
       py::arg("grad_attn"), py::arg("q"), py::arg("k"), py::arg("v"), py::arg("attn"), py::arg("logsumexp"),
       py::arg("dropout_p"), py::arg("is_causal"), py::arg("seed"), py::arg("offset"), py::arg("scale") = py::none());
-  ops.def("uniform", keepsFusion(&uniform), py::arg("low"), py::arg("high"), py::arg("shape"), py::arg("dtype"), py::arg("seed"),
-          py::arg("offset"));
-  ops.def("embedding_fwd", keepsFusion(&embeddingFwd), py::arg("indices"), py::arg("weight"), py::arg("padding_idx") = py::none());
+  ops.def("uniform", keepsFusion(&uniform), py::arg("low"), py::arg("high"), py::arg("shape"), py::arg("dtype"),
+          py::arg("seed"), py::arg("offset"));
+  ops.def("embedding_fwd", keepsFusion(&embeddingFwd), py::arg("indices"), py::arg("weight"),
+          py::arg("padding_idx") = py::none());
   py::enum_<OpType> op_type(m, "OpType");
   for (const OpInfo& info : allOps()) op_type.value(info.name, info.op);
   // The registry as Python sees it: fd.ops builds its plain unary and binary functions from it.

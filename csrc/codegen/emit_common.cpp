@@ -304,9 +304,11 @@ std::string emitExpr(const Expr* e, const std::string& indent) {
   // Computed in int32 (PyTorch's promotion of the operands): a wider integer operand (an int64
   // scalar or 0-dim tensor) is converted to int32 first, wrapping, as PyTorch converts it.
   const bool promotes = info.dtype_rule == DtypeRule::Promote || info.dtype_rule == DtypeRule::Bool;
-  if (compute_in_double && promotes && e->inputs().size() > 1 && resultType({e->inputs().begin(), e->inputs().end()}) == DataType::Int32) {
+  const std::vector<const Val*> operands(e->inputs().begin(), e->inputs().end());
+  if (compute_in_double && promotes && operands.size() > 1 && resultType(operands) == DataType::Int32) {
     for (size_t i = 0; i < in.size(); ++i) {
-      if (isIntegral(e->input(i)->dtype()) && e->input(i)->dtype() != DataType::Int32) in[i] = wrapInt32Result(DataType::Int32, in[i]);
+      const DataType dt = operands[i]->dtype();
+      if (isIntegral(dt) && dt != DataType::Int32) in[i] = wrapInt32Result(DataType::Int32, in[i]);
     }
   }
   std::string value = fillTemplate(info.cuda, in);

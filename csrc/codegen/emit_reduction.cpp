@@ -119,7 +119,8 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
       os << "    __syncthreads();\n";
     }
     os << "    if (threadIdx.x == 0) {\n";
-    if (wrapInt32Result(y->dtype(), acc) != acc) os << "      " << acc << " = " << wrapInt32Result(y->dtype(), acc) << ";\n";
+    const std::string wrapped = wrapInt32Result(y->dtype(), acc);
+    if (wrapped != acc) os << "      " << acc << " = " << wrapped << ";\n";
     emitEpilogue("      ");
     os << "    }\n";
     os << "  }\n}\n";

@@ -457,7 +457,9 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
     // All or none: a row half staged waits on its other loads anyway.
     if (!copyable || bytes > kStagedBytesPerBlock) p.staged.clear();
     l.shared_mem_bytes = p.staged.empty() ? 0 : bytes;
-    if (!p.staged.empty()) l.grid_x = std::max<int64_t>(1, std::min(rows, o.sm_count * std::max<int64_t>(1, 2048 / l.block_x)));
+    if (!p.staged.empty()) {  // one wave striding over the rows
+      l.grid_x = std::max<int64_t>(1, std::min(rows, o.sm_count * std::max<int64_t>(1, 2048 / l.block_x)));
+    }
   }
   // Offsets are computed for rows below `rows` only (the staged copy of the next row checks it);
   // the row counter itself reaches rows + gridDim.x * block_y.

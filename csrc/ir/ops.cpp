@@ -173,7 +173,8 @@ TensorView* binaryOp(OpType op, Val* a, Val* b) {
   const OpInfo& info = opInfo(op);
   MF_CHECK(info.kind == OpKind::Binary, "not a binary op: ", info.name);
   MF_USER_ARG_CHECK(a->isTensor() || b->isTensor(), info.name, ": at least one operand must be a tensor");
-  if (info.refuses_negative_integer_exponent && (isIntegral(a->dtype()) || a->dtype() == DataType::Bool) && !b->isTensor()) {
+  const bool integer_base = isIntegral(a->dtype()) || a->dtype() == DataType::Bool;
+  if (info.refuses_negative_integer_exponent && integer_base && !b->isTensor()) {
     const auto* e = static_cast<const Scalar*>(b);
     MF_USER_ARG_CHECK(!(isIntegral(b->dtype()) && e->value() && *e->value() < 0), "pow: ", a->toString(), " has dtype ",
                       toString(a->dtype()), " and the exponent ", *e->value(),

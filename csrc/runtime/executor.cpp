@@ -67,8 +67,8 @@ std::string FusionExecutor::validate(const std::vector<RuntimeValue>& inputs, Ex
                        rv.scalar.isBoolean() ? "a bool" : "a float", " (", rv.scalar.toDouble(), ")");
       }
       if (v->dtype() == DataType::Bool && !rv.scalar.isBoolean()) {
-        return mf::str("input ", i, " (", v->toString(), ") is a bool scalar but got ", integer ? "an integer" : "a float",
-                       " (", rv.scalar.toDouble(), ")");
+        return mf::str("input ", i, " (", v->toString(), ") is a bool scalar but got ",
+                       integer ? "an integer" : "a float", " (", rv.scalar.toDouble(), ")");
       }
       // An integer scalar may be an extent (a slice bound, a reshape size): bound under its name.
       if (isIntegral(v->dtype()) && rv.scalar.isIntegral(/*includeBool=*/false)) {

@@ -46,9 +46,8 @@ bool SegmentKernels::launch(const Piece& p, Values& values, const ScalarFn& scal
       const c10::Scalar value = scalar(v);
       // A kernel takes its scalars as doubles: an integer past 2^53 would arrive as another one.
       constexpr int64_t kExactInDouble = int64_t{1} << 53;
-      if (value.isIntegral(/*includeBool=*/false) && (value.toLong() > kExactInDouble || value.toLong() < -kExactInDouble)) {
-        return false;
-      }
+      const bool integer = value.isIntegral(/*includeBool=*/false);
+      if (integer && (value.toLong() > kExactInDouble || value.toLong() < -kExactInDouble)) return false;
       scalar_args.push_back(value.toDouble());
       continue;
     }
