@@ -71,7 +71,7 @@ std::string FusionExecutor::validate(const std::vector<RuntimeValue>& inputs, Ex
                        integer ? "an integer" : "a float", " (", rv.scalar.toDouble(), ")");
       }
       // An integer scalar may be an extent (a slice bound, a reshape size): bound under its name.
-      if (isIntegral(v->dtype()) && rv.scalar.isIntegral(/*includeBool=*/false)) {
+      if (isIntegral(v->dtype())) {  // an integer, checked above
         bindings[v->toString()] = rv.scalar.toLong();
       }
       continue;
