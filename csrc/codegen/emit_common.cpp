@@ -14,6 +14,7 @@
 
 #include "codegen/internal.h"
 #include "ir/ops.h"
+#include "ir/value_bounds.h"
 #include "support/error.h"
 
 namespace mf {
@@ -311,7 +312,9 @@ std::string emitExpr(const Expr* e, const std::string& indent) {
       if (isIntegral(dt) && dt != DataType::Int32) in[i] = wrapInt32Result(DataType::Int32, in[i]);
     }
   }
-  std::string value = fillTemplate(info.cuda, in);
+  // The op's cheaper form where its operand's known range makes it as accurate (float compute).
+  const bool nonpositive = !compute_in_double && info.cuda_nonpositive != nullptr && knownNonPositive(e->input(0));
+  std::string value = fillTemplate(nonpositive ? info.cuda_nonpositive : info.cuda, in);
   if (info.dtype_rule == DtypeRule::Attribute) value = roundTo(e->attrs().dtype, value);
   const TensorView* out = e->out();
   // int32 results wrap where PyTorch's do, at every op (not only at the store): an int32 sum past

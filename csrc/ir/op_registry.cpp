@@ -75,6 +75,7 @@ std::vector<OpInfo> buildTable() {
   t.push_back(unary(OpType::Neg, "neg", D::SameAsInput, "aten::neg", "-{0}"));
   t.push_back(unary(OpType::Abs, "abs", D::SameAsInput, "aten::abs", "fabsf({0})"));
   t.push_back(unary(OpType::Exp, "exp", D::FloatIfIntegral, "aten::exp", "expf({0})"));
+  t.back().cuda_nonpositive = "__expf({0})";
   t.push_back(unary(OpType::Log, "log", D::FloatIfIntegral, "aten::log", "logf({0})"));
   t.push_back(unary(OpType::Tanh, "tanh", D::FloatIfIntegral, "aten::tanh", "tanhf({0})"));
   t.push_back(unary(OpType::Relu, "relu", D::SameAsInput, "aten::relu", "mf_relu({0})"));
@@ -96,6 +97,7 @@ std::vector<OpInfo> buildTable() {
   // Binary.
   t.push_back(binary(OpType::Add, "add", D::Promote, "aten::add.Tensor", "{0} + {1}"));
   t.push_back(binary(OpType::Sub, "sub", D::Promote, "aten::sub.Tensor", "{0} - {1}"));
+  t.back().is_difference = true;
   t.push_back(binary(OpType::Mul, "mul", D::Promote, "aten::mul.Tensor", "{0} * {1}"));
   // Unsigned: an int64 product that overflows wraps (defined behaviour), as PyTorch's does.
   t.back().cuda_integer = "(long long)((unsigned long long)(long long)({0}) * (unsigned long long)(long long)({1}))";
@@ -177,6 +179,7 @@ std::vector<OpInfo> buildTable() {
   // Reductions (NaN propagates through max/min like PyTorch).
   t.push_back(reduction(OpType::Sum, "sum", "aten::sum.dim_IntList", "0.0f", "{0} + {1}"));
   t.push_back(reduction(OpType::Max, "max", "aten::amax", "__int_as_float(0xff800000)", "mf_max({0}, {1})"));
+  t.back().bounds_above = true;
   t.push_back(reduction(OpType::Min, "min", "aten::amin", "__int_as_float(0x7f800000)", "mf_min({0}, {1})"));
 
   // Contractions: cuBLAS through ATen, in a segment of their own.

@@ -58,9 +58,27 @@ def test_softmax_reads_the_row_once_in_registers():
     assert src.count("reinterpret_cast<mf_array<unsigned int, 4>*>(T") == 1 and "mf_pack_bf16x2(" in src
     assert "// loop 2 over the row" in src and "// loop 3" not in src  # max, sum of exp, output
     # exp(x - max) is computed once (kept as floats for the output loop); the sum is inverted once per row.
-    assert src.count("= expf(") == 1 and "mf_e5[" in src
+    assert src.count("= __expf(") == 1 and "mf_e5[" in src
     assert "1.0f / t7" in src and "t5 * mf_rcp7" in src
     assert "__shfl_xor_sync" in src and "mf_red" in src
+
+
+def test_exp_of_a_shift_by_the_row_max_takes_the_hardware_exp():
+    # x - max(x) is <= 0, where __expf is as accurate as expf (ir/value_bounds.h): softmax,
+    # log-softmax and the outer softmax use it; an exp whose operand is not known to be <= 0 does not.
+    for name, shape in [("softmax", (64, 1000)), ("log_softmax", (64, 1000)), ("softmax_dim0", (1000, 64))]:
+        with FusionDefinition() as fd:
+            getattr(norm_patterns, name)(fd, DataType.BFloat16, *shape)
+        (src,) = fd.cuda_kernels(norm_patterns.make_inputs(name, torch.bfloat16, *shape, device="meta"))
+        assert re.search(r"= __expf\(t\d+\);", src) and not re.search(r"[^_]expf\(t\d+\)", src), (name, src)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        y = fd.define_tensor([-1, -1], dtype=DataType.Float)
+        fd.add_output(fd.ops.exp(fd.ops.sub(x, fd.ops.max(y, [1], keepdim=True))))  # another tensor's max
+        fd.add_output(fd.ops.exp(fd.ops.sub(fd.ops.max(x, [1], keepdim=True), x)))  # >= 0
+        fd.add_output(fd.ops.exp(x))
+    srcs = "".join(fd.cuda_kernels([torch.empty(8, 64, device="meta")] * 2))
+    assert "__expf" not in srcs and len(re.findall(r"expf\(t\d+\)", srcs)) == 3, srcs
 
 
 def test_only_softmax_like_block_rows_stage_the_next_row():
