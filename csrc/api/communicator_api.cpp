@@ -52,11 +52,16 @@ Communicator Communicator::fromEnvironment(c10::DeviceType device, std::chrono::
   return comm;
 }
 
-int64_t Communicator::rank() const { return impl_->rank(); }
-int64_t Communicator::size() const { return impl_->size(); }
-int64_t Communicator::localRank() const { return impl_->localRank(); }
-int64_t Communicator::localSize() const { return impl_->localSize(); }
-void Communicator::barrier() const { impl_->barrier(); }
-const c10::intrusive_ptr<c10d::ProcessGroup>& Communicator::processGroup() const { return impl_->worldGroup(); }
+const std::shared_ptr<mf::Communicator>& Communicator::impl() const {
+  MF_USER_CHECK(impl_ != nullptr, "this meshfuser::Communicator was moved from; use the one it was moved to");
+  return impl_;
+}
+
+int64_t Communicator::rank() const { return impl()->rank(); }
+int64_t Communicator::size() const { return impl()->size(); }
+int64_t Communicator::localRank() const { return impl()->localRank(); }
+int64_t Communicator::localSize() const { return impl()->localSize(); }
+void Communicator::barrier() const { impl()->barrier(); }
+const c10::intrusive_ptr<c10d::ProcessGroup>& Communicator::processGroup() const { return impl()->worldGroup(); }
 
 }  // namespace meshfuser

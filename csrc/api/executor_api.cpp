@@ -29,27 +29,40 @@ Executor::~Executor() = default;
 Executor::Executor(Executor&&) noexcept = default;
 Executor& Executor::operator=(Executor&&) noexcept = default;
 
+mf::FusionExecutorCache& Executor::live() const {
+  MF_USER_CHECK(cache_ != nullptr, "this meshfuser::Executor was moved from; use the Executor it was moved to");
+  return *cache_;
+}
+
 std::vector<at::Tensor> Executor::execute(const std::vector<at::Tensor>& inputs) {
   std::vector<mf::RuntimeValue> values;
   values.reserve(inputs.size());
   for (const at::Tensor& t : inputs) values.push_back({t, c10::Scalar(), true});
   try {
-    return cache_->run(values);
+    return live().run(values);
   } catch (const c10::Error& e) {
     // A collective or ATen failure (timeout, a peer that went away): as a meshfuser::Error.
     MF_THROW_USER("execute on rank ", comm_.rank(), " failed in PyTorch: ", e.what_without_backtrace());
+  } catch (const meshfuser::Error&) {
+    throw;
+  } catch (const meshfuser::InternalError&) {
+    throw;
+  } catch (const std::exception& e) {
+    // Anything else (std::bad_alloc, a standard library error) is not the caller's mistake; callers
+    // catch meshfuser's two exception types only.
+    throw meshfuser::InternalError("execute on rank " + std::to_string(comm_.rank()) + " failed: " + e.what());
   }
 }
 
 std::string Executor::hostProgram() const {
-  MF_USER_CHECK(cache_->lastExecutor(), "hostProgram: no program yet; call execute() first");
-  return cache_->lastExecutor()->hostProgram().toString();
+  MF_USER_CHECK(live().lastExecutor(), "hostProgram: no program yet; call execute() first");
+  return live().lastExecutor()->hostProgram().toString();
 }
 
 std::vector<Sharding> Executor::outputShardings() const {
-  MF_USER_CHECK(cache_->lastExecutor(), "outputShardings: no program yet; call execute() first");
+  MF_USER_CHECK(live().lastExecutor(), "outputShardings: no program yet; call execute() first");
   std::vector<Sharding> result;
-  for (const mf::Val* v : cache_->lastExecutor()->compiledFusion().outputs()) {
+  for (const mf::Val* v : live().lastExecutor()->compiledFusion().outputs()) {
     auto* tv = static_cast<const mf::TensorView*>(v);
     MF_USER_CHECK(mf::allSplitsBlocked(tv), "outputShardings: output ", tv->toString(),
                   " is split interleaved across devices, which a Sharding of one block per device cannot describe");
@@ -61,9 +74,9 @@ std::vector<Sharding> Executor::outputShardings() const {
 }
 
 std::vector<std::string> Executor::communications() const {
-  MF_USER_CHECK(cache_->lastExecutor(), "communications: no program yet; call execute() first");
+  MF_USER_CHECK(live().lastExecutor(), "communications: no program yet; call execute() first");
   std::vector<std::string> names;
-  for (const auto& c : cache_->lastExecutor()->hostProgram().communications()) {
+  for (const auto& c : live().lastExecutor()->hostProgram().communications()) {
     if (c.type != mf::CommunicationType::NoOp) names.push_back(c.toString());  // a NoOp moves nothing
   }
   return names;

@@ -92,17 +92,22 @@ Fusion::~Fusion() = default;
 Fusion::Fusion(Fusion&&) noexcept = default;
 Fusion& Fusion::operator=(Fusion&&) noexcept = default;
 
+const std::shared_ptr<mf::Fusion>& Fusion::impl() const {
+  MF_USER_CHECK(impl_ != nullptr, "this meshfuser::Fusion was moved from; use the Fusion it was moved to");
+  return impl_;
+}
+
 TensorView Fusion::defineTensor(const std::vector<int64_t>& shape, DataType dtype) {
-  return TensorView(mf::defineTensor(*impl_, shape, toInternal(dtype)));
+  return TensorView(mf::defineTensor(*impl(), shape, toInternal(dtype)));
 }
 
 void Fusion::addOutput(const TensorView& tv) {
-  MF_USER_ARG_CHECK(tv.tv_->fusion() == impl_.get(), "addOutput: ", tv.toString(), " belongs to another Fusion");
+  MF_USER_ARG_CHECK(tv.tv_->fusion() == impl().get(), "addOutput: ", tv.toString(), " belongs to another Fusion");
   impl_->addOutput(tv.tv_);
 }
 
-std::string Fusion::toString() const { return mf::printFusion(*impl_); }
-void Fusion::setOverlap(const std::string& mode) { impl_->setOverlap(mode); }
+std::string Fusion::toString() const { return mf::printFusion(*impl()); }
+void Fusion::setOverlap(const std::string& mode) { impl()->setOverlap(mode); }
 
 // Ops ----------------------------------------------------------------------------------------------
 struct OpAccess {

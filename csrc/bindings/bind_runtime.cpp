@@ -19,9 +19,11 @@ namespace py = pybind11;
 namespace mf {
 namespace {
 
-// Executor caches shared by every definition with the same fingerprint (ops + schedule).
-std::unordered_map<uint64_t, std::shared_ptr<FusionExecutorCache>>& globalCaches() {
-  static std::unordered_map<uint64_t, std::shared_ptr<FusionExecutorCache>> caches;
+// Executor caches shared by every definition that prints the same (ops + schedule, constants at
+// full precision). Keyed by the whole text, not a hash of it: two definitions must never share a
+// program by a hash collision.
+std::unordered_map<std::string, std::shared_ptr<FusionExecutorCache>>& globalCaches() {
+  static std::unordered_map<std::string, std::shared_ptr<FusionExecutorCache>> caches;
   return caches;
 }
 
@@ -90,8 +92,7 @@ class FusionHandle {
   FusionExecutorCache& cache() {
     if (cache_ == nullptr || version_ != fusion_->version()) {
       MF_USER_CHECK(fusion_->outputs().size() > 0, "execute: the fusion has no outputs; call add_output");
-      uint64_t fp = fingerprint(*fusion_);
-      auto& slot = globalCaches()[fp];
+      auto& slot = globalCaches()[printFusion(*fusion_)];
       if (slot == nullptr) slot = std::make_shared<FusionExecutorCache>(std::shared_ptr<const Fusion>(fusion_->clone()));
       cache_ = slot;
       version_ = fusion_->version();

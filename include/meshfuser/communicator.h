@@ -53,8 +53,8 @@ class Communicator {
   void barrier() const;
   const c10::intrusive_ptr<c10d::ProcessGroup>& processGroup() const;
 
-  // Internal (used by Executor).
-  const std::shared_ptr<mf::Communicator>& impl() const { return impl_; }
+  // Internal (used by Executor); a meshfuser::Error on a moved-from Communicator.
+  const std::shared_ptr<mf::Communicator>& impl() const;
 
  private:
   std::shared_ptr<mf::Communicator> impl_;

@@ -48,6 +48,7 @@ class Executor {
   std::vector<std::string> communications() const;
 
  private:
+  mf::FusionExecutorCache& live() const;  // a meshfuser::Error on a moved-from Executor
   Communicator comm_;
   std::unique_ptr<mf::FusionExecutorCache> cache_;
 };

@@ -91,8 +91,8 @@ class Fusion {
   // "auto", "ring" or "chunked" (README "Overlap").
   void setOverlap(const std::string& mode);
 
-  // Internal: the definition (used by Executor).
-  const std::shared_ptr<mf::Fusion>& impl() const { return impl_; }
+  // Internal: the definition (used by Executor); a meshfuser::Error on a moved-from Fusion.
+  const std::shared_ptr<mf::Fusion>& impl() const;
 
  private:
   std::shared_ptr<mf::Fusion> impl_;

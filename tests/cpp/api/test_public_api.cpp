@@ -295,6 +295,32 @@ TEST(PublicApiTest, WrongInputIsAMeshfuserError) {
   }
 }
 
+// A moved-from Fusion, Executor or Communicator is an error naming it, not a null dereference; the
+// object moved to works.
+TEST(PublicApiTest, MovedFromObjectsAreMeshfuserErrors) {
+  meshfuser::Fusion f;
+  f.addOutput(meshfuser::ops::relu(f.defineTensor({4})));
+  meshfuser::Fusion g(std::move(f));
+  EXPECT_THROW(f.toString(), meshfuser::Error);  // NOLINT(bugprone-use-after-move): the point of the test
+  EXPECT_THROW(f.defineTensor({4}), meshfuser::Error);
+  EXPECT_THROW(meshfuser::Executor(f, communicator()), meshfuser::Error);
+  meshfuser::Executor moved_from(g, communicator());
+  meshfuser::Executor exec(std::move(moved_from));
+  const at::Tensor x = at::randn({4});
+  try {
+    moved_from.execute({x});
+    FAIL() << "expected a meshfuser::Error";
+  } catch (const meshfuser::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("Executor was moved from"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(moved_from.hostProgram(), meshfuser::Error);
+  EXPECT_TRUE(at::equal(exec.execute({x}).at(0), at::relu(x)));
+  meshfuser::Communicator comm = communicator();
+  meshfuser::Communicator comm2(std::move(comm));
+  EXPECT_THROW(comm.rank(), meshfuser::Error);
+  EXPECT_EQ(comm2.rank(), communicator().rank());
+}
+
 TEST(PublicApiTest, NoOutputsIsAMeshfuserError) {
   meshfuser::Fusion f;
   f.defineTensor({4});
