@@ -196,7 +196,7 @@ void bindIr(py::module& m) {
   ops.def("size", keepsFusion(&size));
   ops.def("shape", keepsFusion(&shape));
   ops.def("slice", keepsFusion(&slice), py::arg("x"), py::arg("starts"), py::arg("ends"),
-          py::arg("strides") = std::vector<int64_t>{});
+          py::arg("strides") = std::vector<int64_t>{}, py::arg("normalize") = true);
   ops.def("pad", keepsFusion(&pad), py::arg("x"), py::arg("pad_widths"), py::arg("value") = nullptr);
   ops.def("cat", keepsFusion(&cat));
   ops.def("stride_order", keepsFusion(&strideOrder));

@@ -100,6 +100,7 @@ class Evaluator {
       if (name == "ceilDiv") return *b > 0 ? std::optional<int64_t>((*a + *b - 1) / *b) : std::nullopt;
       if (name == "min") return std::min(*a, *b);
       if (name == "max") return std::max(*a, *b);
+      if (name == "sliceIndex") return std::clamp<int64_t>(*a < 0 ? *a + *b : *a, 0, *b);
       return std::nullopt;
     }
     Extent e;
@@ -202,6 +203,22 @@ Extent extentCeilDiv(const Extent& a, int64_t b) {
   if (a.isConst()) return extentConst((a.value + b - 1) / b);
   if (b == 1) return a;
   return symbolic("ceilDiv(" + a.symbol + ", " + std::to_string(b) + ")");
+}
+
+Extent extentMin(const Extent& a, const Extent& b) {
+  if (a.isConst() && b.isConst()) return extentConst(std::min(a.value, b.value));
+  if (a == b) return a;
+  return symbolic("min(" + operand(a) + ", " + operand(b) + ")");
+}
+
+Extent extentMax(const Extent& a, const Extent& b) {
+  if (a.isConst() && b.isConst()) return extentConst(std::max(a.value, b.value));
+  if (a == b) return a;
+  return symbolic("max(" + operand(a) + ", " + operand(b) + ")");
+}
+
+Extent extentSliceIndex(const Extent& index, const Extent& extent) {
+  return symbolic("sliceIndex(" + operand(index) + ", " + operand(extent) + ")");
 }
 
 bool ExtentFactors::divides(const ExtentFactors& o) const {

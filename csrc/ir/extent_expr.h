@@ -6,7 +6,8 @@
 // split). The printer writes the text inside an axis's braces and the parser reads it back, so a
 // derived extent needs no node of its own; the runtime evaluates it once the inputs bound the
 // symbols. Grammar: sum := product (('+'|'-') product)*; product := atom (('*'|'/') atom)*;
-// atom := integer | name | ceilDiv(sum, sum) | min(sum, sum) | max(sum, sum) | '(' sum ')'.
+// atom := integer | name | ceilDiv(sum, sum) | min(sum, sum) | max(sum, sum) | sliceIndex(sum, sum)
+//         | '(' sum ')'.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +33,11 @@ Extent extentAdd(const Extent& a, const Extent& b);
 Extent extentSub(const Extent& a, const Extent& b);
 Extent extentMul(const Extent& a, const Extent& b);
 Extent extentCeilDiv(const Extent& a, int64_t b);
+Extent extentMin(const Extent& a, const Extent& b);
+Extent extentMax(const Extent& a, const Extent& b);
+// PyTorch's normalization of slice bound `index` on an axis of `extent`: index + extent when
+// negative, then clamped to [0, extent] ("sliceIndex(S2, s0)").
+Extent extentSliceIndex(const Extent& index, const Extent& extent);
 
 // An extent as a product: constant * atoms (each atom a canonical symbol or an expression that is
 // not itself a product). Two extents with equal factors are equal for any binding.

@@ -62,11 +62,13 @@ std::vector<Scalar*> shape(TensorView* x);
 TensorView* reshape(TensorView* x, const std::vector<int64_t>& shape);
 // Sizes as Vals (ints, integer scalar inputs, extents); -1 is inferred.
 TensorView* reshapeExtents(TensorView* x, const std::vector<Val*>& shape);
-// PyTorch's x[start:end:step] per axis; static bounds are normalized as PyTorch does (negative
-// from the end, clamped); scalar bounds must satisfy 0 <= start <= end <= extent (checked at run
-// time). Empty `strides`: all 1.
+// PyTorch's x[start:end:step] per axis. `normalize`: every bound, constant or runtime scalar, on
+// a static or symbolic axis, is normalized as PyTorch does (negative counts from the end, then
+// clamped to [0, extent]; an end before the start gives an empty axis). Without it (nvFuser's
+// manual_normalization) bounds are used as given and must satisfy 0 <= start <= end <= extent
+// (checked at run time). Empty `strides`: all 1.
 TensorView* slice(TensorView* x, const std::vector<Val*>& starts, const std::vector<Val*>& ends,
-                  const std::vector<int64_t>& strides = {});
+                  const std::vector<int64_t>& strides = {}, bool normalize = true);
 // torch.nn.functional.pad(x, pad_widths, value=value): pairs of widths, last axis first.
 TensorView* pad(TensorView* x, const std::vector<int64_t>& pad_widths, Val* value = nullptr);
 TensorView* cat(const std::vector<TensorView*>& xs, int64_t dim);

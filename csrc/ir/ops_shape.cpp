@@ -134,7 +134,7 @@ TensorView* reshapeExtents(TensorView* x, const std::vector<Val*>& shape) {
 }
 
 TensorView* slice(TensorView* x, const std::vector<Val*>& starts, const std::vector<Val*>& ends,
-                  const std::vector<int64_t>& strides_in) {
+                  const std::vector<int64_t>& strides_in, bool normalize) {
   Fusion& f = *x->fusion();
   auto in_ids = x->logicalNoReductions();
   size_t rank = in_ids.size();
@@ -155,14 +155,28 @@ TensorView* slice(TensorView* x, const std::vector<Val*>& starts, const std::vec
       std::optional<int64_t> c = intConstant(given[k]);
       if (!c) {
         bounds[k] = extentOfVal(given[k], "slice", mf::str(k == 0 ? "start" : "end", " of axis ", a));
+        // A runtime bound: normalized when the call binds it (extent_expr.h, sliceIndex), unless
+        // it is the axis's own extent or a constant, already in range.
+        if (normalize && !bounds[k].isConst() && !(bounds[k] == extent)) {
+          bounds[k] = extentSliceIndex(bounds[k], extent);
+        }
       } else if (extent.isConst()) {
         // PyTorch's normalization of a static bound: negative counts from the end; clamped.
         bounds[k] = extentConst(std::clamp<int64_t>(*c < 0 ? *c + extent.value : *c, 0, extent.value));
+      } else if (normalize && *c != 0) {
+        // A constant on a symbolic axis: clamped when the extent is bound.
+        bounds[k] = *c < 0 ? extentMax(extentSub(extent, extentConst(-*c)), extentConst(0))
+                           : extentMin(extentConst(*c), extent);
       } else {
         bounds[k] = *c < 0 ? extentSub(extent, extentConst(-*c)) : extentConst(*c);
       }
     }
     if (bounds[0].isConst() && bounds[1].isConst() && bounds[1].value < bounds[0].value) bounds[1] = bounds[0];
+    // An end before the start is an empty axis, as in PyTorch.
+    // (A normalized start is at most the extent, so an end equal to the extent needs no guard.)
+    if (normalize && !(bounds[0].isConst() && bounds[0].value == 0) && !(bounds[1] == extent)) {
+      bounds[1] = extentMax(bounds[1], bounds[0]);
+    }
     Extent length = extentSub(bounds[1], bounds[0]);
     Extent out_extent = length.isConst() ? extentConst((length.value + strides[a] - 1) / strides[a])
                                          : extentCeilDiv(length, strides[a]);

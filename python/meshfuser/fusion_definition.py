@@ -203,7 +203,8 @@ class _Ops:
                                            f"manual_normalization; expected 0 <= start <= end <= {n}")
         starts = [self._val(s) for s in start_indices]
         ends = [self._val(e) for e in end_indices]
-        return _C.ops.slice(self._tensor(x, "slice"), starts, ends, [int(s) for s in (strides or [])])
+        return _C.ops.slice(self._tensor(x, "slice"), starts, ends, [int(s) for s in (strides or [])],
+                            not manual_normalization)
 
     def pad(self, x, pad_widths, value=None):
         return _C.ops.pad(self._tensor(x, "pad"), [int(w) for w in pad_widths],

@@ -61,13 +61,18 @@ def test_var_mean_dim_out_of_range():
 @pytest.mark.parametrize("symbolic", [False, True], ids=["static", "symbolic"])
 def test_slice_static_bounds(symbolic):
     x = torch.randn(6, 9)
-    if symbolic:
-        # Bounds inside the extent (a symbolic extent cannot be clamped when defining).
-        starts, ends, strides, ref = [1, 0], [5, 9], [1, 2], x[1:5, 0:9:2]
-    else:
-        starts, ends, strides, ref = [-4, 2], [100, -1], [2, 3], x[-4:100:2, 2:-1:3]
-    _, (out,) = _run(lambda fd: fd.ops.slice(_define(fd, x, symbolic), starts, ends, strides), [x])
-    torch.testing.assert_close(out, ref)
+    # Negative bounds count from the end, bounds past the end clamp, an end before the start is
+    # empty: on a symbolic axis too, where the clamping happens when the call binds the extent.
+    for starts, ends, strides in [([-4, 2], [100, -1], [2, 3]), ([1, 0], [5, 9], [1, 2]), ([7, -2], [-100, 4], [1, 1])]:
+        with FusionDefinition() as fd:
+            fd.add_output(fd.ops.slice(_define(fd, x, symbolic), starts, ends, strides))
+        ref = x[starts[0]:ends[0]:strides[0], starts[1]:ends[1]:strides[1]]
+        (out,) = fd.execute([x])
+        assert out.shape == ref.shape
+        torch.testing.assert_close(out, ref)
+        if symbolic:  # the same definition at another extent
+            y = torch.randn(3, 2)
+            torch.testing.assert_close(fd.execute([y])[0], y[starts[0]:ends[0]:strides[0], starts[1]:ends[1]:strides[1]])
 
 
 def test_slice_scalar_bounds():
@@ -76,18 +81,23 @@ def test_slice_scalar_bounds():
         tx = fd.define_tensor([-1, -1])
         start, end = fd.define_scalar(dtype=DataType.Int), fd.define_scalar(dtype=DataType.Int)
         fd.add_output(fd.ops.slice(tx, [0, start], [fd.ops.size(tx, 0), end]))
-    for s, e in [(2, 7), (0, 10), (4, 4)]:
+    # PyTorch's normalization of runtime bounds: negative from the end, clamped, end before start empty.
+    for s, e in [(2, 7), (0, 10), (4, 4), (-3, 100), (-100, -2), (7, 3), (12, 20), (-1, -1)]:
         (out,) = fd.execute([x, s, e])
+        assert out.shape == x[:, s:e].shape, (s, e)
         torch.testing.assert_close(out, x[:, s:e])
 
 
-def test_slice_scalar_bounds_out_of_range():
-    with FusionDefinition() as fd:
-        tx = fd.define_tensor([4])
-        start = fd.define_scalar(dtype=DataType.Int)
-        fd.add_output(fd.ops.slice(tx, [start], [4]))
-    with pytest.raises(meshfuser.Error, match=r"slice: axis 0 of T0 has extent 4 but the bounds are \[5, 4\)"):
-        fd.execute([torch.randn(4), 5])
+def test_slice_scalar_bounds_out_of_range_with_manual_normalization():
+    # manual_normalization: bounds are used as given, so a runtime bound outside the axis is an error.
+    for shape in ([4], [-1]):
+        with FusionDefinition() as fd:
+            tx = fd.define_tensor(shape)
+            start = fd.define_scalar(dtype=DataType.Int)
+            fd.add_output(fd.ops.slice(tx, [start], [4], manual_normalization=True))
+        with pytest.raises(meshfuser.Error, match=r"slice: axis 0 of T0 has extent 4 but the bounds are \[5, 4\)"):
+            fd.execute([torch.randn(4), 5])
+        torch.testing.assert_close(fd.execute([torch.arange(4.0), 1])[0], torch.arange(1.0, 4.0))
 
 
 def test_slice_manual_normalization_uses_bounds_as_given():
@@ -209,7 +219,7 @@ def test_size_prints_as_an_extent_scalar():
     text = str(fd)
     assert "reshape(T0, shape=[-1, 2, 3])" in text, text
     assert "{s0}_int64, 0_int64, 6_int64, strides=[1, 1])" in text, text
-    assert "i5{s0-1}" in text or "{s0-1}" in text, text
+    assert "{s0-(min(1, s0))}" in text, text  # the start clamped to the extent when the call binds s0
 
 
 def test_size_of_a_static_axis_is_a_constant():
