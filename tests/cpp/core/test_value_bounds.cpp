@@ -62,32 +62,26 @@ TEST(ValueBounds, LookalikesAreNotNonPositive) {
   EXPECT_FALSE(nonPositive(rowBoundIr("max", "T10", "T1", "T3"), "T4"));  // the max of another tensor
 }
 
+// T1[4, 4] reduced over `reduced` ("[0]" or "[1]"), whose kept axis is broadcast back to `kept_at`.
+std::string squareBoundIr(const std::string& reduced, const std::string& reduced_domain, const std::string& kept_at) {
+  return R"IR(Fusion {
+  input T1_float[i2{4}, i3{4}]
+  T2 = max(T1, dims=)IR" + reduced + R"IR()
+    T2_float[)IR" + reduced_domain + R"IR(]
+  T3 = broadcast_in_dim(T2, shape=[1, 4], broadcast_dims=)IR" + kept_at + R"IR()
+    T3_float[b6{1}, i7{4}]
+  T4 = sub(T1, T3)
+    T4_float[i8{4}, i9{4}]
+  outputs: T4
+}
+)IR";
+}
+
 // Reducing axis 0 and broadcasting back along axis 0 is a bound; putting the row maxima of a square
 // tensor along the other axis (T1[i, j] - max_k T1[j, k]) is not.
 TEST(ValueBounds, BoundMustReturnToItsOwnAxes) {
-  const std::string head = R"IR(Fusion {
-  input T1_float[i2{4}, i3{4}]
-)IR";
-  const std::string columns = head + R"IR(  T2 = max(T1, dims=[0])
-    T2_float[r4{4}, i5{4}]
-  T3 = broadcast_in_dim(T2, shape=[1, 4], broadcast_dims=[1])
-    T3_float[b6{1}, i7{4}]
-  T4 = sub(T1, T3)
-    T4_float[i8{4}, i9{4}]
-  outputs: T4
-}
-)IR";
-  EXPECT_TRUE(nonPositive(columns, "T4"));
-  const std::string crossed = head + R"IR(  T2 = max(T1, dims=[1])
-    T2_float[i4{4}, r5{4}]
-  T3 = broadcast_in_dim(T2, shape=[1, 4], broadcast_dims=[1])
-    T3_float[b6{1}, i7{4}]
-  T4 = sub(T1, T3)
-    T4_float[i8{4}, i9{4}]
-  outputs: T4
-}
-)IR";
-  EXPECT_FALSE(nonPositive(crossed, "T4"));
+  EXPECT_TRUE(nonPositive(squareBoundIr("[0]", "r4{4}, i5{4}", "[1]"), "T4"));
+  EXPECT_FALSE(nonPositive(squareBoundIr("[1]", "i4{4}, r5{4}", "[1]"), "T4"));
 }
 
 }  // namespace
