@@ -19,6 +19,7 @@
 
 #include "host/host_program.h"
 #include "ir/domain_map.h"
+#include "ir/extent_expr.h"
 #include "ir/op_registry.h"
 #include "ir/printer.h"
 #include "multidevice/sharding.h"
@@ -197,9 +198,8 @@ void applySchedule(Candidate& cand, const Request& req) {
 
 int64_t globalRows(const StreamLoop& loop, const std::unordered_map<std::string, int64_t>& extents) {
   IterDomain* id = loop.result->logicalNoReductions().at(loop.result_row_axis);
-  if (id->extent().isConst()) return id->extent().value;
-  auto it = extents.find(loop.result->fusion()->canonicalSymbol(id->extent().symbol));
-  return it == extents.end() ? -1 : it->second;
+  // A derived extent (a sliced row axis: "s0-(min(1, s0))") is evaluated, not only looked up.
+  return evaluateExtent(*loop.result->fusion(), id->extent(), extents).value_or(-1);
 }
 
 int64_t effectiveChunks(const StreamLoop& loop, int64_t rows) {

@@ -160,7 +160,11 @@ Scalar* extentArithmetic(OpType op, Val* a, Val* b) {
     return f.newScalar(DataType::Int, op == OpType::Add ? x + y : op == OpType::Sub ? x - y : x * y);
   }
   auto text = [](const Scalar* s) {
-    if (s->value()) return std::to_string(static_cast<int64_t>(*s->value()));
+    // A negative constant as (0-c): extent text has no unary minus ("s1+-2" would not evaluate).
+    if (s->value()) {
+      const auto c = static_cast<int64_t>(*s->value());
+      return c < 0 ? "(0-" + std::to_string(-c) + ")" : std::to_string(c);
+    }
     return "(" + (s->isExtent() ? s->extent() : s->toString()) + ")";
   };
   auto usable = [&](const Scalar* s) { return s->value() || s->isExtent() || f.isInput(s); };

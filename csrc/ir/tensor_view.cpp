@@ -1,5 +1,6 @@
 // TensorView and the scheduling transforms on its loop domain.
 #include <algorithm>
+#include <cctype>
 #include <iomanip>
 #include <map>
 #include <set>
@@ -89,7 +90,10 @@ Extent divideExtent(const Extent& e, int64_t factor, bool ceil) {
   if (e.isConst()) {
     r.value = ceil ? (e.value + factor - 1) / factor : e.value / factor;
   } else {
-    r.symbol = ceil ? "ceilDiv(" + e.symbol + ", " + std::to_string(factor) + ")" : e.symbol + "/" + std::to_string(factor);
+    // A compound extent ("s0-(min(1, s0))") is parenthesized before dividing.
+    const bool name = std::all_of(e.symbol.begin(), e.symbol.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)); });
+    const std::string operand = name ? e.symbol : "(" + e.symbol + ")";
+    r.symbol = ceil ? "ceilDiv(" + e.symbol + ", " + std::to_string(factor) + ")" : operand + "/" + std::to_string(factor);
   }
   return r;
 }

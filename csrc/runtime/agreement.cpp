@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <optional>
 
 #include "ir/fusion.h"
 #include "multidevice/communicator.h"
@@ -222,21 +223,25 @@ void CallAgreement::finish() {
   const int64_t n_extra = static_cast<int64_t>(symbols.size()) - kSymbolSlots;
   for (size_t s = 0; s < symbols.size(); ++s) {
     std::vector<std::string> values(size);
-    int64_t first = -1;
+    // An extent of -1 is a symbol this rank did not bind; an integer scalar input is bound on every
+    // rank (validation passed everywhere, or the call failed above) and may be negative (a slice
+    // bound counting from the end), so each of its values counts.
+    const bool scalar = symbols[s][0] == 'S';
+    std::optional<int64_t> first;
     bool differ = false;
     for (int64_t r = 0; r < size; ++r) {
       int64_t x = static_cast<int64_t>(s) < kSymbolSlots ? at(r, kHeader + s) : extra[r * n_extra + (s - kSymbolSlots)];
-      if (x < 0) continue;
+      if (x < 0 && !scalar) continue;
       values[r] = std::to_string(x);
-      if (first < 0) first = x;
-      else if (x != first) differ = true;
+      if (!first) first = x;
+      else if (x != *first) differ = true;
     }
-    MF_USER_CHECK(!differ || symbols[s][0] != 'S', "execute: the ranks pass different values for the integer scalar ",
+    MF_USER_CHECK(!differ || !scalar, "execute: the ranks pass different values for the integer scalar ",
                   symbols[s], " (", where[s], "): ", perRank(values), "; every rank must pass the same scalars");
     MF_USER_CHECK(!differ, "execute: the ranks disagree on the global extent of symbolic axis ", symbols[s], " (",
                   where[s], "; global = local extent x shards): ", perRank(values),
                   "; every rank must pass shards of the same global shape (uneven shards are not supported)");
-    if (extents[s] < 0 && first >= 0 && symbols[s][0] != 'S') (*bindings_)[symbols[s]] = first;
+    if (extents[s] < 0 && first && !scalar) (*bindings_)[symbols[s]] = *first;
   }
   if (strict) {
     for (int64_t r = 0; r < size; ++r) {

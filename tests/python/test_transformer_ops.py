@@ -1,5 +1,7 @@
 """Ops for transformer layers on one process, against PyTorch on the same tensors: var_mean, slice,
 cat, pad, size/shape with symbolic reshape, stride_order, where. Static and symbolic shapes."""
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -86,6 +88,28 @@ def test_slice_scalar_bounds():
         (out,) = fd.execute([x, s, e])
         assert out.shape == x[:, s:e].shape, (s, e)
         torch.testing.assert_close(out, x[:, s:e])
+
+
+def test_slice_bounds_from_size_arithmetic_with_negative_constants():
+    # size(x, 1) - 2 written as an add of -2: the extent text must still evaluate ("s1+-2" did not).
+    x = torch.randn(3, 10)
+    with FusionDefinition() as fd:
+        tx = fd.define_tensor([-1, -1])
+        end = fd.ops.add(fd.ops.size(tx, 1), -2)
+        fd.add_output(fd.ops.slice(tx, [0, 1], [fd.ops.size(tx, 0), end]))
+    torch.testing.assert_close(fd.execute([x])[0], x[:, 1:8])
+    torch.testing.assert_close(fd.execute([x[:, :3]])[0], x[:, 1:1])  # 3 columns: end 3 - 2 = 1, empty
+
+
+def test_split_of_a_sliced_symbolic_axis_divides_the_whole_extent():
+    # The inner extent of an outer split of a derived extent divides all of it: "(s0-(...))/2".
+    with FusionDefinition() as fd:
+        out = fd.ops.slice(fd.define_tensor([-1]), [1], [-1])
+        fd.add_output(out)
+        out.outer_split(0, 2)
+    text = str(fd)
+    whole = re.search(r"T1_float\[i\d+\{(.+)\}\]", text).group(1)
+    assert "-" in whole and "i3{(" + whole + ")/2}" in text, text
 
 
 def test_slice_scalar_bounds_out_of_range_with_manual_normalization():

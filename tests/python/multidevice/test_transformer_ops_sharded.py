@@ -210,11 +210,15 @@ def test_slice_bounds_that_differ_between_ranks_are_an_error_on_every_rank(multi
         _shard(x, mesh, 0)
     full = torch.randn(2 * d, 6)
     shard = mesh.shard_tensor(full, 0, rank).to(dev)
-    with pytest.raises(meshfuser.Error, match=r"ranks pass different values for the integer scalar S0 \(input 1\)"):
-        fd.execute([shard, 4 if rank == 0 else 5])
+    # Negative bounds (from the end) are values like any other: -2 against -1 or 5 differ too.
+    for mine, others in [(4, 5), (-2, -1), (-1, 5)]:
+        with pytest.raises(meshfuser.Error, match=r"ranks pass different values for the integer scalar S0 \(input 1\)"):
+            fd.execute([shard, mine if rank == 0 else others])
     (res,), comms = _plan(fd, [shard, 5])  # the ranks agree again: the program runs
     assert comms == []
     torch.testing.assert_close(res.cpu(), mesh.shard_tensor(full[:, 1:5], 0, rank))
+    (res,), _ = _plan(fd, [shard, -1])  # a negative bound agreed by every rank: x[:, 1:-1]
+    torch.testing.assert_close(res.cpu(), mesh.shard_tensor(full[:, 1:-1], 0, rank))
 
 
 def test_rotary_halves_with_heads_sharded_and_symbolic_sequence(multidevice_test):
