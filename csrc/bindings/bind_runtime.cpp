@@ -4,6 +4,7 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 
 #include "bindings/bind.h"
@@ -49,7 +50,7 @@ class FusionHandle {
       }
       throw;
     }
-    FusionExecutor* used = nullptr;
+    std::shared_ptr<FusionExecutor> used;
     std::vector<at::Tensor> outputs;
     {
       py::gil_scoped_release release;
@@ -61,7 +62,15 @@ class FusionHandle {
 
   std::vector<std::string> cudaKernels(const py::list& args) {
     std::vector<RuntimeValue> inputs = toInputs(args);
-    return cache().generatedKernels(inputs);
+    std::shared_ptr<FusionExecutor> used;
+    std::vector<std::string> sources;
+    FusionExecutorCache& cache = this->cache();  // under the GIL: the definitions' map is shared
+    {
+      py::gil_scoped_release release;
+      sources = cache.generatedKernels(inputs, &used);
+    }
+    last_ = used;  // host_program() then shows the segmentation these inputs get
+    return sources;
   }
 
   static std::vector<RuntimeValue> toInputs(const py::list& args) {
@@ -124,7 +133,7 @@ class FusionHandle {
  private:
   std::shared_ptr<Fusion> fusion_;
   std::shared_ptr<FusionExecutorCache> cache_;
-  FusionExecutor* last_ = nullptr;  // owned by cache_
+  std::shared_ptr<FusionExecutor> last_;  // kept alive past its eviction from cache_
   int64_t version_ = -1;
 };
 
@@ -139,8 +148,28 @@ void bindRuntime(py::module& m) {
       .def("compiled_fusion", [](const FusionHandle& h) { return printFusion(h.last().compiledFusion()); })
       .def("output_shardings", &FusionHandle::outputShardings)
       .def("num_executors", [](FusionHandle& h) { return h.cache().numExecutors(); })
+      .def("executors_built", [](FusionHandle& h) { return h.cache().executorsBuilt(); })
       .def("scheduler_names", [](const FusionHandle& h) { return h.last().segmentSchedulers(); });
   m.def("clear_caches", [] { globalCaches().clear(); });
+  m.def("compile_counters", [] {
+    const CompileCounters& c = compileCounters();
+    py::dict d;
+    d["executors"] = c.executors;
+    d["kernels"] = c.kernels;
+    d["sources"] = c.sources;
+    return d;
+  });
+  m.def(
+      "set_cache_limits",
+      [](std::optional<int64_t> executors, std::optional<int64_t> kernel_modules) {
+        MF_USER_ARG_CHECK(!executors || *executors >= 1, "set_cache_limits: executors must be >= 1, got ", *executors);
+        MF_USER_ARG_CHECK(!kernel_modules || *kernel_modules >= 1, "set_cache_limits: kernel_modules must be >= 1, got ",
+                          *kernel_modules);
+        if (executors) cacheLimits().executors_per_definition = *executors;
+        if (kernel_modules) cacheLimits().kernel_modules = *kernel_modules;
+        return py::make_tuple(cacheLimits().executors_per_definition, cacheLimits().kernel_modules);
+      },
+      py::arg("executors") = py::none(), py::arg("kernel_modules") = py::none());
   m.def("num_cached_definitions", [] { return globalCaches().size(); });
   m.def("reload_options", &reloadOptions);
 

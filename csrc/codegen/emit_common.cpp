@@ -336,7 +336,8 @@ std::string emitExpr(const Expr* e, const std::string& indent) {
 
 std::string indexType(bool index64) { return index64 ? "long long" : "int"; }
 
-std::string signature(const Analysis& a, const std::string& name_token, int64_t max_threads, int64_t min_blocks) {
+std::string signature(const Analysis& a, const std::string& name_token, const std::string& itype, int64_t max_threads,
+                      int64_t min_blocks) {
   std::ostringstream os;
   os << "extern \"C\" __global__ void __launch_bounds__(" << max_threads;
   if (min_blocks > 0) os << ", " << min_blocks;
@@ -349,8 +350,10 @@ std::string signature(const Analysis& a, const std::string& name_token, int64_t 
     params.push_back(cudaType(tv->dtype()) + "* __restrict__ " + tensorParam(tv));
   }
   for (const Scalar* s : a.scalar_inputs) params.push_back("double S" + std::to_string(s->name()));
+  params.push_back("const long long " + std::string(kCountParam));
   for (size_t i = 0; i < params.size(); ++i) os << (i ? ",\n    " : "\n    ") << params[i];
   os << ") {\n";
+  os << "  const " << itype << " " << kCount << " = (" << itype << ")" << kCountParam << ";  // the extent-dependent bound\n";
   for (const Scalar* s : a.scalar_inputs) {
     os << "  const float s" << s->name() << " = (float)S" << s->name() << ";\n";
   }

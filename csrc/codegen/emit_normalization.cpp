@@ -90,7 +90,7 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
   auto emitNextRow = [&](const std::string& row_expr, const std::string& ind) {
     os << ind << "{  // the vectors of the block's next row, copied to shared memory while this row computes\n";
     os << ind << "  const " << it << " mf_row = " << row_expr << ";\n";
-    os << ind << "  if (mf_row < " << s.rows << ") {\n";
+    os << ind << "  if (mf_row < " << kCount << ") {\n";
     const std::string i2 = ind + "    ";
     auto roff = emitOffsets(p.row_region, p.row_index, "mf_row", "rn", it, i2, os);
     os << "#pragma unroll\n" << i2 << "for (int it = 0; it < " << p.iters << "; ++it) {\n";
@@ -116,8 +116,11 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
   };
   os << prelude() << "\n";
   if (!p.staged.empty()) os << cpAsyncHelpers();
-  os << signature(a, name_token, bx * by, s.launch.min_blocks);
-  os << "  // " << (p.outer ? "outer " : "") << "normalization: " << s.rows << " rows x " << s.red
+  os << signature(a, name_token, it, bx * by, s.launch.min_blocks);
+  // The extent-dependent side (rows; reduced rows of an outer plan) is kCount.
+  os << "  // " << (p.outer ? "outer " : "") << "normalization: "
+     << (p.outer ? std::to_string(s.rows) : std::string(kCount)) << " rows x "
+     << (p.outer ? std::string(kCount) : std::to_string(s.red))
      << " reduced elements, " << bx << " x " << by
      << " threads per block, " << v << " per vector, " << loops << " loop(s) over the row, "
      << (p.persistent ? "persistent (" + std::to_string(p.iters) + " groups per thread in registers)"
@@ -152,7 +155,7 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
     }
     if (!p.staged.empty()) emitNextRow("(" + it + ")blockIdx.x", "  ");
     os << "  for (" << it << " row = (" << it << ")blockIdx.x" << per_block << (by == 1 ? "" : " + threadIdx.y")
-       << "; row < " << s.rows << "; row += (" << it << ")gridDim.x" << per_block << ") {\n";
+       << "; row < " << kCount << "; row += (" << it << ")gridDim.x" << per_block << ") {\n";
   }
   // Row offsets of every load; per-row loads.
   auto row_off = emitOffsets(p.row_region, p.row_index, "row", "rc", it, "    ", os);
@@ -266,7 +269,7 @@ std::string emitNormalization(const Analysis& a, const Schedule& s, const std::s
       persistentHeader();
     } else if (p.outer) {
       os << "    if (mf_active) {\n";
-      os << "    for (" << it << " j = threadIdx.y; j < " << s.red << "; j += " << by << ") {\n";
+      os << "    for (" << it << " j = threadIdx.y; j < " << kCount << "; j += " << by << ") {\n";
     } else {
       os << "    for (" << it << " j = " << timesText("(" + it + ")threadIdx.x", v) << "; j < " << s.red << "; j += "
          << bx * v << ") {\n";

@@ -18,12 +18,13 @@ std::string emitPointwise(const Analysis& a, const Schedule& s, const std::strin
   const IndexPlan& p = s.main_index;
   const std::string it = indexType(s.index64);
   const int64_t v = s.vec, u = s.unroll;
-  const int64_t groups = r.numel() / v;
+  const std::string groups = kCount;  // r.numel() / v for these extents
   std::ostringstream os;
-  os << prelude() << "\n" << signature(a, name_token, s.launch.block_x);
-  os << "  // pointwise over [";
-  for (size_t d = 0; d < r.extents.size(); ++d) os << (d ? ", " : "") << r.extents[d];
-  os << "] (" << r.numel() << " elements, " << v << " per thread step";
+  os << prelude() << "\n" << signature(a, name_token, it, s.launch.block_x);
+  // Inner extents only: the text must not change with the outermost one (a kCount bound).
+  os << "  // pointwise over [*";
+  for (size_t d = 1; d < r.extents.size(); ++d) os << ", " << r.extents[d];
+  os << "] (" << kCount << " groups of " << v << " elements";
   if (u > 1) os << ", " << u << " steps unrolled";
   os << ")\n";
   if (u == 1) {

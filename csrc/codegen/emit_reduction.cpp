@@ -56,9 +56,11 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
   const bool y_is_output =
       std::find(a.segment->outputs.begin(), a.segment->outputs.end(), y) != a.segment->outputs.end();
   std::ostringstream os;
-  os << prelude() << "\n" << signature(a, name_token, tx * ty);
-  os << "  // " << (inner ? "inner" : "outer") << " reduction " << red->toString() << ": " << s.rows << " rows x "
-     << s.red << " reduced elements, " << tx << " x " << ty << " threads per block, " << v << " per vector, " << u
+  os << prelude() << "\n" << signature(a, name_token, it, tx * ty);
+  // The extent-dependent side (rows of an inner reduction, reduced rows of an outer one) is kCount.
+  os << "  // " << (inner ? "inner" : "outer") << " reduction " << red->toString() << ": "
+     << (inner ? std::string(kCount) : std::to_string(s.rows)) << " rows x "
+     << (inner ? std::to_string(s.red) : std::string(kCount)) << " reduced elements, " << tx << " x " << ty << " threads per block, " << v << " per vector, " << u
      << " vectors per step\n";
 
   auto emitEpilogue = [&](const std::string& indent) {
@@ -67,7 +69,7 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
   };
   // The reduction loop over index variable `j` (from `first`, step `stride`, below `count`);
   // `flat(e)` is the flat prologue index of the group at j = e; `accumulate(indent)` folds x in.
-  auto emitLoop = [&](const std::string& first, int64_t stride, int64_t count,
+  auto emitLoop = [&](const std::string& first, int64_t stride, const std::string& count,
                       const std::function<std::string(const std::string&)>& flat,
                       const std::function<void(const std::string&)>& accumulate, const std::string& indent) {
     const std::string in = indent + "  ";
@@ -100,9 +102,9 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
     if (block_mode) os << "  __shared__ float mf_partial[" << tx / 32 << "];\n";
     const std::string per_block = ty == 1 ? "" : " * " + std::to_string(ty);
     os << "  for (" << it << " row = (" << it << ")blockIdx.x" << per_block << (ty == 1 ? "" : " + threadIdx.y")
-       << "; row < " << s.rows << "; row += (" << it << ")gridDim.x" << per_block << ") {\n";
+       << "; row < " << kCount << "; row += (" << it << ")gridDim.x" << per_block << ") {\n";
     os << "    float " << acc << " = " << initValue(op) << ";\n";
-    emitLoop("threadIdx.x", tx, s.red / v,
+    emitLoop("threadIdx.x", tx, std::to_string(s.red / v),
              [&](const std::string& j) { return "row * " + std::to_string(s.red) + " + " + timesText(j, v); },
              [&](const std::string& ind) { os << ind << acc << " = " << combine(op, acc, tensorLocal(x)) << ";\n"; },
              "    ");
@@ -136,11 +138,11 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
   os << "    float mf_acc[" << v << "];\n";
   os << "#pragma unroll\n    for (int k = 0; k < " << v << "; ++k) mf_acc[k] = " << initValue(op) << ";\n";
   os << "    if (col < " << s.rows << ") {\n";
-  emitLoop("threadIdx.y", ty, s.red,
+  emitLoop("threadIdx.y", ty, kCount,
            [&](const std::string& j) {
              if (s.inner_kept == s.rows) return timesText(j, s.rows) + " + col";
              const std::string b = std::to_string(s.inner_kept);
-             return "(col / " + b + ") * " + std::to_string(s.red * s.inner_kept) + " + " + timesText(j, s.inner_kept) +
+             return "(col / " + b + ") * " + timesText(kCount, s.inner_kept) + " + " + timesText(j, s.inner_kept) +
                     " + col % " + b;
            },
            [&](const std::string& ind) {

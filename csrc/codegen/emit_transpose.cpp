@@ -32,21 +32,21 @@ std::string emitTranspose(const Analysis& a, const Schedule& s, const std::strin
   const int64_t tile_b = 16 * vb;  // tile extent along B; 64 along A
   const int64_t by = s.launch.block_y;
   const int64_t tiles_a = ceilDiv(dim_a, 64), tiles_b = ceilDiv(dim_b, tile_b);
-  const int64_t outer = r.numel() / (dim_a * dim_b);
   const int64_t compute_rows = 32 / by;  // a-row pairs per thread in the compute phase
   auto is_tiled = [&](const TensorView* tv) {
     return std::find(s.transposed.begin(), s.transposed.end(), tv) != s.transposed.end();
   };
   std::ostringstream os;
-  os << prelude() << "\n" << signature(a, name_token, s.launch.block_x * by, s.launch.min_blocks);
+  os << prelude() << "\n" << signature(a, name_token, it, s.launch.block_x * by, s.launch.min_blocks);
+  // The outermost extent only through kCount (the tile count) unless it is axis A.
   os << "  // transpose over [";
-  for (size_t d = 0; d < n; ++d) os << (d ? ", " : "") << p.dims[d];
+  for (size_t d = 0; d < n; ++d) os << (d ? ", " : "") << (d == 0 && ax != 0 ? std::string("*") : std::to_string(p.dims[d]));
   os << "]: 64 x " << tile_b << " tiles over axes " << ax << " and " << n - 1 << " through shared memory (swizzled), "
      << va << " per vector along axis " << ax << ", " << vb << " along axis " << n - 1 << "\n";
   for (const TensorView* tv : s.transposed) {
     os << "  __shared__ float mf_tile" << tv->name() << "[" << tile_b << "][64];\n";
   }
-  os << "  for (" << it << " tile = blockIdx.x; tile < " << outer * tiles_a * tiles_b << "; tile += gridDim.x) {\n";
+  os << "  for (" << it << " tile = blockIdx.x; tile < " << kCount << "; tile += gridDim.x) {\n";
   os << "    " << it << " rem = tile;\n";
   os << "    const " << it << " b0 = (rem % " << tiles_b << ") * " << tile_b << ";\n";
   os << "    rem /= " << tiles_b << ";\n";
@@ -59,6 +59,11 @@ std::string emitTranspose(const Analysis& a, const Schedule& s, const std::strin
     if (first) os << "    rem /= " << tiles_a << ";\n";
     first = false;
     coord[d] = "mf_o" + std::to_string(d);  // not o<N>: output vectors are named o<tensor>
+    const bool outermost = d == 0 || (d == 1 && ax == 0);  // rem is below its extent: no % needed
+    if (outermost) {
+      os << "    const " << it << " " << coord[d] << " = rem;\n";
+      continue;
+    }
     os << "    const " << it << " " << coord[d] << " = rem % " << p.dims[d] << ";\n";
     os << "    rem /= " << p.dims[d] << ";\n";
   }

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "codegen/internal.h"
+#include "support/error.h"
 #include "support/text.h"
 
 namespace mf {
@@ -57,6 +58,11 @@ std::optional<GeneratedKernel> generateKernel(const KernelSegment& segment, cons
   text.replace(pos, std::string(kNameToken).size(), k.name);
   k.source = std::move(text);
   k.launch = s.launch;
+  k.count = s.count;
+  k.choices = str(k.scheduler, ": vec ", s.vec, ", unroll ", s.unroll, ", index ", s.index64 ? 64 : 32, ", block ",
+                  s.launch.block_x, "x", s.launch.block_y, s.kind == codegen::Kind::Normalization
+                      ? str(s.norm.persistent ? ", persistent " : ", multi-pass ", s.norm.iters, " groups")
+                      : std::string());
   for (const TensorView* tv : segment.outputs) k.output_sizes.push_back(a.shape.at(tv));
   return k;
 }

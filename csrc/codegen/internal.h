@@ -125,8 +125,17 @@ struct NormPlan {
   IndexPlan row_index, col_index;
 };
 
+// The one extent-dependent number of a kernel's text, passed at launch (Schedule::count): the loop
+// bound that grows with the outermost extents (pointwise: vector groups; inner reduction and
+// normalization: rows; outer reduction and outer normalization: reduced rows; transpose: tiles).
+// Every other number in the text depends on inner extents, strides, dtypes and the scheduler's
+// choices only, so one compiled kernel serves every row count that makes the same choices.
+constexpr const char* kCountParam = "mf_n";
+constexpr const char* kCount = "mf_count";
+
 struct Schedule {
   Kind kind = Kind::Pointwise;
+  int64_t count = 0;  // the value of kCount for these extents
   Region main;      // pointwise: the whole segment; reduction: the prologue over the reduction input
   Region epilogue;  // reduction only: the ops after it, over the reduction output
   IndexPlan main_index, epilogue_index;
@@ -194,8 +203,10 @@ std::string cpAsyncHelpers();
 // A reduction's or op's int32 result wrapped as PyTorch's int32 arithmetic wraps (double compute
 // only; other dtypes: `value` as is).
 std::string wrapInt32Result(DataType dt, const std::string& value);
-// Kernel signature: inputs, outputs, scalar doubles; then the scalar locals.
-std::string signature(const Analysis& a, const std::string& name_token, int64_t max_threads, int64_t min_blocks = 0);
+// Kernel signature: inputs, outputs, scalar doubles, the count (kCountParam, as long long); then the
+// scalar locals and the count as `itype` (kCount).
+std::string signature(const Analysis& a, const std::string& name_token, const std::string& itype, int64_t max_threads,
+                      int64_t min_blocks = 0);
 std::string indexType(bool index64);
 // Emits the decomposition of `flat` over plan.dims (only when some loaded tensor is not linear) and
 // returns each loaded tensor's offset expression.

@@ -40,9 +40,18 @@ struct GeneratedKernel {
   KernelLaunch launch;
   // Kernel parameters, in order: one pointer per segment input tensor (segment input order), then
   // one pointer per segment output tensor (segment output order), then one `double` per runtime
-  // scalar input of the segment (segment scalar order). Outputs are allocated by the runtime as
-  // contiguous tensors of `output_sizes[i]` and dtype of the output TensorView.
+  // scalar input of the segment (segment scalar order), then `count` as a `long long`. Outputs are
+  // allocated by the runtime as contiguous tensors of `output_sizes[i]` and dtype of the output
+  // TensorView.
   std::vector<std::vector<int64_t>> output_sizes;
+  // The extent-dependent loop bound (rows, vector groups, tiles): a launch argument, not part of the
+  // source, so inputs that differ only in their outer extents share one source (and one compile)
+  // whenever the scheduler makes the same choices for them. `launch` and `output_sizes` are those
+  // of the inputs the kernel was generated for.
+  int64_t count = 0;
+  // The scheduler's choices that shape the text ("vec 8, unroll 4, index 32, block 256x1"), named in
+  // MESHFUSER_DUMP=recompile when another extent needs another kernel.
+  std::string choices;
 };
 
 // A segment to generate code for. `inputs` are the Vals read from outside the segment (tensors

@@ -330,6 +330,7 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
   for (int64_t e : p.reduced) red *= e;
   s->rows = rows;
   s->red = red;
+  s->count = p.outer ? red : rows;
   int64_t max_bytes = 1;
   for (const TensorView* tv : seg.outputs) {
     if (p.varies.at(tv) || std::find(p.row_outputs.begin(), p.row_outputs.end(), tv) == p.row_outputs.end()) {

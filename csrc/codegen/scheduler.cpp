@@ -167,6 +167,7 @@ bool chooseTranspose(const Analysis& a, const CodegenOptions& o, Schedule* s) {
   // vectors, 40 registers) left a third of the time to a tail of two blocks per SM.
   s->launch.min_blocks = 4;
   s->launch.grid_x = std::max<int64_t>(1, std::min(tiles, o.sm_count * s->launch.min_blocks));
+  s->count = tiles;
   s->index64 = s->main.numel() + 64 * p.dims.back() + 16 * s->vec > kInt32Max || p.max_offset > kInt32Max ||
                tiles + s->launch.grid_x > kInt32Max;
   return true;
@@ -181,6 +182,7 @@ bool schedulePointwise(const Analysis& a, const CodegenOptions& o, Schedule* s, 
   if (chooseTranspose(a, o, s)) return true;
   s->vec = chooseVectorWidth(a, s->main, s->main_index);
   int64_t groups = s->main.numel() / s->vec;
+  s->count = groups;
   int64_t block = groups <= 128 * o.sm_count ? 128 : 256;
   block = floorPow2(std::max<int64_t>(32, std::min(block, o.max_threads_per_block)));
   s->launch.block_x = block;
@@ -293,6 +295,7 @@ bool scheduleReduction(const Analysis& a, const CodegenOptions& o, Schedule* s, 
 
   KernelLaunch& l = s->launch;
   const bool inner = s->kind == Kind::InnerReduction;
+  s->count = inner ? s->rows : s->red;
   s->vec = chooseVectorWidth(a, s->main, s->main_index, inner ? s->red : s->inner_kept);
   int64_t bound = 0;  // an upper bound of every index the kernel computes
   if (inner) {

@@ -3,10 +3,12 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
+#include <list>
 #include <mutex>
 #include <unordered_map>
 
 #include "runtime/aten_evaluator.h"
+#include "runtime/shape_class.h"
 #include "support/error.h"
 
 #ifdef MESHFUSER_WITH_CUDA
@@ -55,6 +57,7 @@ using nvrtcProgram = void*;
 
 struct Api {
   CUresult (*cuModuleLoadData)(CUmodule*, const void*) = nullptr;
+  CUresult (*cuModuleUnload)(CUmodule) = nullptr;
   CUresult (*cuModuleGetFunction)(CUfunction*, CUmodule, const char*) = nullptr;
   CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*,
                              void**, void**) = nullptr;
@@ -103,6 +106,7 @@ Api& api() {
     if (!api.error.empty()) return api;
     resolve(cuda, api.cuModuleLoadData, "cuModuleLoadData", api.error);
     resolve(cuda, api.cuModuleGetFunction, "cuModuleGetFunction", api.error);
+    resolve(cuda, api.cuModuleUnload, "cuModuleUnload", api.error);
     resolve(cuda, api.cuLaunchKernel, "cuLaunchKernel", api.error);
     resolve(cuda, api.cuGetErrorString, "cuGetErrorString", api.error);
     resolve(cuda, api.cuFuncSetAttribute, "cuFuncSetAttribute", api.error);
@@ -125,9 +129,17 @@ void checkCu(CUresult r, const char* what) {
   MF_THROW_INTERNAL(what, " failed: ", msg);
 }
 
+// Loaded modules by key, least recently used last; at most cacheLimits().kernel_modules of them.
+struct LoadedModule {
+  CUfunction function = nullptr;
+  CUmodule module = nullptr;
+  std::list<std::string>::iterator position;
+};
+
 CUfunction compile(const GeneratedKernel& kernel) {
   static std::mutex mutex;
-  static std::unordered_map<std::string, CUfunction> cache;
+  static std::unordered_map<std::string, LoadedModule> cache;
+  static std::list<std::string> recency;
   const cudaDeviceProp* prop = at::cuda::getCurrentDeviceProperties();
   std::string arch = "sm_" + std::to_string(prop->major) + std::to_string(prop->minor);
   // The name carries a 64-bit hash of the source: a short key keeps the per-launch lookup cheap
@@ -135,7 +147,10 @@ CUfunction compile(const GeneratedKernel& kernel) {
   std::string key = arch + ":" + std::to_string(static_cast<int>(c10::cuda::current_device())) + ":" + kernel.name;
   std::lock_guard<std::mutex> lock(mutex);
   auto it = cache.find(key);
-  if (it != cache.end()) return it->second;
+  if (it != cache.end()) {
+    recency.splice(recency.begin(), recency, it->second.position);
+    return it->second.function;
+  }
   Api& a = api();
   nvrtcProgram prog = nullptr;
   MF_CHECK(a.nvrtcCreateProgram(&prog, kernel.source.c_str(), (kernel.name + ".cu").c_str(), 0, nullptr, nullptr) == 0,
@@ -167,7 +182,16 @@ CUfunction compile(const GeneratedKernel& kernel) {
     checkCu(a.cuFuncSetAttribute(fn, kMaxDynamicSharedSizeBytes, static_cast<int>(kernel.launch.shared_mem_bytes)),
             "cuFuncSetAttribute(max dynamic shared memory)");
   }
-  cache.emplace(key, fn);
+  recency.push_front(key);
+  cache.emplace(key, LoadedModule{fn, module, recency.begin()});
+  while (static_cast<int64_t>(cache.size()) > cacheLimits().kernel_modules) {
+    // Launches of the evicted kernel may still be queued: let them finish before unloading it.
+    C10_CUDA_CHECK(cudaDeviceSynchronize());
+    auto victim = cache.find(recency.back());
+    checkCu(a.cuModuleUnload(victim->second.module), "cuModuleUnload");
+    cache.erase(victim);
+    recency.pop_back();
+  }
   return fn;
 }
 
@@ -201,6 +225,8 @@ void launchGeneratedKernel(const GeneratedKernel& kernel, const std::vector<at::
   for (const at::Tensor& t : outputs) pointers.push_back(t.data_ptr());
   for (void*& p : pointers) args.push_back(&p);
   for (double& s : scalar_values) args.push_back(&s);
+  long long count = kernel.count;  // the extent-dependent bound (kernel.h)
+  args.push_back(&count);
   const KernelLaunch& l = kernel.launch;
   checkCu(api().cuLaunchKernel(fn, l.grid_x, l.grid_y, l.grid_z, l.block_x, l.block_y, l.block_z,
                                static_cast<unsigned>(l.shared_mem_bytes), at::cuda::getCurrentCUDAStream().stream(),

@@ -154,7 +154,16 @@ std::string FusionExecutor::hostProgramText() const {
   for (const StreamLoop& loop : program_->streamLoops()) {
     loop_chunks.push_back(effectiveChunks(loop, globalRows(loop, last_bindings_)));
   }
-  return program_->toString(segmentSchedulers(), communicationBytes(), loop_chunks);
+  return program_->toString(segmentSchedulers(), communicationBytes(), loop_chunks) + segmentationText();
+}
+
+std::string FusionExecutor::segmentationText() const {
+  std::string text;
+  for (size_t i = 0; i < kernels_.size(); ++i) {
+    if (!kernels_[i].planned()) continue;
+    text += "  segment " + std::to_string(i) + ":\n" + kernels_[i].planText("    ");
+  }
+  return text.empty() ? text : "Segmentation (planned once per shape class) {\n" + text + "}\n";
 }
 
 std::string FusionExecutor::checkRunnable(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings) const {
@@ -467,18 +476,16 @@ std::vector<std::string> FusionExecutor::generatedKernels(const std::vector<Runt
   if (kernels_.size() != program_->segments().size()) kernels_.resize(program_->segments().size());
   for (const HostInstruction& inst : program_->instructions()) {
     if (inst.kind == HostInstruction::Kind::RunSegment) {
+      // Plans the pieces on the first call of the class, later finds each piece's kernel for these
+      // extents; every piece is evaluated with ATen on the meta values.
       SegmentKernels& sk = kernels_[inst.index];
-      if (sk.planned()) {
-        runSegment(inst.index, values, scalars, bindings, /*allow_kernels=*/false);
-      } else {  // plans the pieces on the meta values, evaluating each with ATen
-        sk.run(program_->segments()[inst.index].exprs, f, values,
-               [&](const std::vector<Expr*>& exprs, std::unordered_map<const Val*, at::Tensor>& vals) {
-                 evaluateExprs(exprs, vals, scalars, bindings, EvalContext{program_->rank(), eval_device_});
-               },
-               [](const Val*) { return c10::Scalar(0.0); }, /*launch=*/false, "segment " + std::to_string(inst.index));
-      }
-      for (const auto& piece : sk.pieces()) {
-        if (piece.kernel) sources.push_back(piece.kernel->source);
+      sk.run(program_->segments()[inst.index].exprs, f, values,
+             [&](const std::vector<Expr*>& exprs, std::unordered_map<const Val*, at::Tensor>& vals) {
+               evaluateExprs(exprs, vals, scalars, bindings, EvalContext{program_->rank(), eval_device_});
+             },
+             [](const Val*) { return c10::Scalar(0.0); }, /*launch=*/false, "segment " + std::to_string(inst.index));
+      for (const GeneratedKernel* k : sk.lastKernels()) {
+        if (k != nullptr) sources.push_back(k->source);
       }
     } else if (inst.kind == HostInstruction::Kind::PostCommunication) {
       const Communication& c = program_->communications()[inst.index];
@@ -493,33 +500,27 @@ std::vector<std::string> FusionExecutor::generatedKernels(const std::vector<Runt
   return sources;
 }
 
-std::vector<int64_t> inputSignature(const std::vector<RuntimeValue>& inputs) {
-  std::vector<int64_t> sig;
-  sig.reserve(inputs.size() * 6);
-  for (const RuntimeValue& rv : inputs) {
-    if (!rv.is_tensor) {
-      sig.push_back(-1);
-      sig.push_back(static_cast<int64_t>(rv.scalar.type()));
-      continue;
-    }
-    const at::Tensor& t = rv.tensor;
-    sig.push_back(static_cast<int64_t>(t.scalar_type()));
-    sig.push_back(static_cast<int64_t>(t.device().type()) * 1000 + t.device().index());
-    sig.push_back(t.dim());
-    for (int64_t s : t.sizes()) sig.push_back(s);
-    for (int64_t s : t.strides()) sig.push_back(s);
+std::shared_ptr<FusionExecutor> FusionExecutorCache::executorFor(const std::vector<RuntimeValue>& inputs) {
+  ShapeClass shape_class = shapeClassOf(inputs);
+  for (auto it = executors_.begin(); it != executors_.end(); ++it) {
+    if (!(it->shape_class == shape_class)) continue;
+    executors_.splice(executors_.begin(), executors_, it);  // most recently used first
+    last_ = executors_.front().executor;
+    return last_;
   }
-  return sig;
-}
-
-FusionExecutor& FusionExecutorCache::executorFor(const std::vector<RuntimeValue>& inputs) {
-  auto sig = inputSignature(inputs);
-  auto it = executors_.find(sig);
-  if (it == executors_.end()) {
-    it = executors_.emplace(sig, std::make_unique<FusionExecutor>(*fusion_, currentRank(*comm_), *comm_)).first;
+  if (isDumpEnabled(DumpOption::Recompile)) {
+    std::cout << "meshfuser: recompile: "
+              << (executors_.empty() ? std::string("first call of the definition")
+                                     : "new shape class (" + classChange(executors_.front().shape_class, shape_class) + ")")
+              << std::endl;
   }
-  last_ = it->second.get();
-  return *last_;
+  auto executor = std::make_shared<FusionExecutor>(*fusion_, currentRank(*comm_), *comm_);
+  ++built_;
+  ++compileCounters().executors;
+  executors_.push_front(Entry{std::move(shape_class), executor});
+  while (static_cast<int64_t>(executors_.size()) > cacheLimits().executors_per_definition) executors_.pop_back();
+  last_ = executor;
+  return executor;
 }
 
 void FusionExecutorCache::refuseCall(const std::string& error) {
@@ -528,16 +529,20 @@ void FusionExecutorCache::refuseCall(const std::string& error) {
   agreeOnCall(comm, *fusion_, fingerprint(*fusion_), {}, {}, error, strictAgreement());
 }
 
-std::vector<at::Tensor> FusionExecutorCache::run(const std::vector<RuntimeValue>& inputs, FusionExecutor** used) {
+std::vector<at::Tensor> FusionExecutorCache::run(const std::vector<RuntimeValue>& inputs,
+                                                 std::shared_ptr<FusionExecutor>* used) {
   std::lock_guard<std::mutex> lock(mutex_);
-  FusionExecutor& executor = executorFor(inputs);
-  if (used != nullptr) *used = &executor;
-  return executor.run(inputs);
+  std::shared_ptr<FusionExecutor> executor = executorFor(inputs);
+  if (used != nullptr) *used = executor;
+  return executor->run(inputs);
 }
 
-std::vector<std::string> FusionExecutorCache::generatedKernels(const std::vector<RuntimeValue>& inputs) {
+std::vector<std::string> FusionExecutorCache::generatedKernels(const std::vector<RuntimeValue>& inputs,
+                                                              std::shared_ptr<FusionExecutor>* used) {
   std::lock_guard<std::mutex> lock(mutex_);
-  return executorFor(inputs).generatedKernels(inputs);
+  std::shared_ptr<FusionExecutor> executor = executorFor(inputs);
+  if (used != nullptr) *used = executor;
+  return executor->generatedKernels(inputs);
 }
 
 }  // namespace mf

@@ -1,7 +1,8 @@
-// FusionExecutor: one compiled program (pass pipeline + this rank's host program) for one input
-// signature, and the interpreter that runs it. FusionExecutorCache maps (definition fingerprint,
-// input signature) to executors; the fingerprint covers the schedule, so equal ops with different
-// shardings never share an entry (seed 001's cache bug).
+// FusionExecutor: one compiled program (pass pipeline + this rank's host program + segmentation)
+// for one shape class of inputs (runtime/shape_class.h), and the interpreter that runs it for any
+// extents of that class. FusionExecutorCache maps a definition's shape classes to executors, least
+// recently used out past cacheLimits(); a definition's cache is found by its printed text, which
+// covers the schedule, so equal ops with different shardings never share an entry (seed 001's bug).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -9,6 +10,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -19,6 +21,7 @@
 #include "multidevice/communicator.h"
 #include "runtime/aten_evaluator.h"
 #include "runtime/segment_kernels.h"
+#include "runtime/shape_class.h"
 #include "support/error.h"
 #include "support/text.h"
 
@@ -37,6 +40,9 @@ class FusionExecutor {
   std::vector<std::string> segmentSchedulers() const;
   // The host program with those scheduler names and each communication's bytes on the last call.
   std::string hostProgramText() const;
+  // How each compute segment was split into generated kernels and ATen pieces (planned on the first
+  // call of the shape class; empty for segments never planned, e.g. on CPU tensors).
+  std::string segmentationText() const;
   const Fusion& compiledFusion() const { return program_->fusion(); }
   // CUDA source of every kernel the GPU path generates for these inputs (any device, meta too).
   std::vector<std::string> generatedKernels(const std::vector<RuntimeValue>& inputs);
@@ -94,9 +100,6 @@ RuntimeValue scalarRuntimeValue(const Val* v, const std::unordered_map<const Val
 // the Communicator broken and returns the user error to raise.
 UserError collectiveFailure(Communicator& comm, const Communication& c, int64_t rank, const std::exception& e);
 
-// Signature of the inputs of one call: dtypes, sizes, device.
-std::vector<int64_t> inputSignature(const std::vector<RuntimeValue>& inputs);
-
 class FusionExecutorCache {
  public:
   explicit FusionExecutorCache(std::shared_ptr<const Fusion> fusion, Communicator& comm = Communicator::instance())
@@ -104,27 +107,32 @@ class FusionExecutorCache {
   // Runs the executor for these inputs (`used`, when given, receives it). One call at a time per
   // cache: execute() releases the GIL, and two threads running the same definition (or two
   // identical definitions, which share a cache) must not plan or bind into one executor at once.
-  std::vector<at::Tensor> run(const std::vector<RuntimeValue>& inputs, FusionExecutor** used = nullptr);
+  std::vector<at::Tensor> run(const std::vector<RuntimeValue>& inputs, std::shared_ptr<FusionExecutor>* used = nullptr);
   // The generated kernels' sources for these inputs (cuda_kernels()), under the same lock.
-  std::vector<std::string> generatedKernels(const std::vector<RuntimeValue>& inputs);
+  std::vector<std::string> generatedKernels(const std::vector<RuntimeValue>& inputs,
+                                            std::shared_ptr<FusionExecutor>* used = nullptr);
   // A call this rank cannot even start (`error`, e.g. an input that is not a tensor): it still
   // takes part in the per-call agreement, so that every rank raises. Throws on the other ranks.
   void refuseCall(const std::string& error);
   // The executor used by the most recent run (for host_program() / shardings), or null.
-  FusionExecutor* lastExecutor() const { return last_; }
+  FusionExecutor* lastExecutor() const { return last_.get(); }
+  // Executors held now (one per shape class still cached) and built so far (evicted ones too).
   size_t numExecutors() const { return executors_.size(); }
+  int64_t executorsBuilt() const { return built_; }
 
  private:
-  struct Hash {
-    size_t operator()(const std::vector<int64_t>& v) const { return static_cast<size_t>(fnv1a(v)); }
+  struct Entry {
+    ShapeClass shape_class;
+    std::shared_ptr<FusionExecutor> executor;
   };
   std::shared_ptr<const Fusion> fusion_;
   Communicator* comm_;
-  // The executor for these inputs' signature (compiled on first use); mutex_ held.
-  FusionExecutor& executorFor(const std::vector<RuntimeValue>& inputs);
+  // The executor for these inputs' shape class (compiled on first use); mutex_ held.
+  std::shared_ptr<FusionExecutor> executorFor(const std::vector<RuntimeValue>& inputs);
   std::mutex mutex_;
-  std::unordered_map<std::vector<int64_t>, std::unique_ptr<FusionExecutor>, Hash> executors_;
-  FusionExecutor* last_ = nullptr;
+  std::list<Entry> executors_;  // most recently used first
+  std::shared_ptr<FusionExecutor> last_;
+  int64_t built_ = 0;
 };
 
 }  // namespace mf

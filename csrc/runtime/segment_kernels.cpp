@@ -3,13 +3,25 @@
 #include <iostream>
 #include <unordered_set>
 
+#include "ir/op_registry.h"
 #include "runtime/aten_evaluator.h"
 #include "runtime/cuda_kernel.h"
 #include "support/error.h"
 #include "support/options.h"
+#include "support/text.h"
 
 namespace mf {
 namespace {
+
+std::optional<GeneratedKernel> generate(const KernelSegment& segment, const std::vector<KernelTensorArg>& args,
+                                        std::string* why) {
+  CodegenOptions options;
+  options.sm_count = currentSmCount();
+  ++compileCounters().kernels;
+  std::optional<GeneratedKernel> k = generateKernel(segment, args, options, why);
+  if (k && isDumpEnabled(DumpOption::CudaKernel)) std::cout << k->source << std::endl;
+  return k;
+}
 
 // The piece for `exprs` with its kernel, or with why_not when the generator refuses it.
 SegmentKernels::Piece makePiece(const std::vector<Expr*>& exprs, const Fusion& fusion,
@@ -27,20 +39,80 @@ SegmentKernels::Piece makePiece(const std::vector<Expr*>& exprs, const Fusion& f
   for (const Val* v : p.segment.inputs) {
     if (v->isTensor()) p.args.push_back(kernelArgOf(values.at(v)));
   }
-  CodegenOptions options;
-  options.sm_count = currentSmCount();
-  p.kernel = generateKernel(p.segment, p.args, options, &p.why_not);
-  if (p.kernel && isDumpEnabled(DumpOption::CudaKernel)) std::cout << p.kernel->source << std::endl;
+  p.kernel = generate(p.segment, p.args, &p.why_not);
   return p;
+}
+
+bool sameArgs(const std::vector<KernelTensorArg>& a, const std::vector<KernelTensorArg>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].dtype != b[i].dtype || a[i].sizes != b[i].sizes || a[i].strides != b[i].strides ||
+        a[i].alignment_bytes != b[i].alignment_bytes) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string sizesText(const std::vector<KernelTensorArg>& args) {
+  std::string text;
+  for (const KernelTensorArg& a : args) text += (text.empty() ? "" : ", ") + listText(a.sizes);
+  return text;
 }
 
 }  // namespace
 
-bool SegmentKernels::launch(const Piece& p, Values& values, const ScalarFn& scalar) {
-  if (!p.kernel) return false;
+CompileCounters& compileCounters() {
+  static CompileCounters counters;
+  return counters;
+}
+
+const GeneratedKernel* SegmentKernels::kernelFor(Piece& p, const std::vector<KernelTensorArg>& args,
+                                                 const std::string& label) {
+  if (!p.kernel) return nullptr;
+  if (sameArgs(args, p.args)) return &*p.kernel;
+  for (auto it = p.variants.begin(); it != p.variants.end(); ++it) {
+    if (!sameArgs(args, it->first)) continue;
+    p.variants.splice(p.variants.begin(), p.variants, it);  // most recently used first
+    return it->second ? &*it->second : nullptr;
+  }
+  std::string why;
+  std::optional<GeneratedKernel> k = generate(p.segment, args, &why);
+  bool known = k && k->name == p.kernel->name;
+  for (const auto& [other_args, other] : p.variants) known = known || (k && other && other->name == k->name);
+  if (k && !known) ++compileCounters().sources;
+  if (!known && isDumpEnabled(DumpOption::Recompile)) {
+    std::cout << "meshfuser: recompile: " << label << ": inputs of sizes [" << sizesText(args) << "] (planned for ["
+              << sizesText(p.args) << "]) "
+              << (k ? "need a new kernel: " + p.kernel->choices + " -> " + k->choices
+                    : "run on the ATen evaluator: the generator refuses them (" + why + ")")
+              << std::endl;
+  }
+  if (!k && isDumpEnabled(DumpOption::Fallback)) {
+    std::cout << "meshfuser: " << label << ": runs on the ATen evaluator for inputs of sizes [" << sizesText(args)
+              << "]: " << why << std::endl;
+  }
+  p.variants.emplace_front(args, std::move(k));
+  if (p.variants.size() > kMaxVariants) p.variants.pop_back();
+  return p.variants.front().second ? &*p.variants.front().second : nullptr;
+}
+
+std::string SegmentKernels::planText(const std::string& indent) const {
+  std::string text;
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    const Piece& p = pieces_[i];
+    std::string ops;
+    for (const Expr* e : p.exprs) ops += (ops.empty() ? "" : ", ") + std::string(opInfo(e->op()).name);
+    text += indent + "piece " + std::to_string(i) + " [" + ops + "]: ";
+    text += p.kernel ? "generated " + p.kernel->choices : "ATen (" + p.why_not + ")";
+    text += "\n";
+  }
+  return text;
+}
+
+bool SegmentKernels::launch(const Piece& p, const GeneratedKernel& k, Values& values, const ScalarFn& scalar) {
   std::vector<at::Tensor> ins;
   std::vector<double> scalar_args;
-  size_t arg = 0;
   for (const Val* v : p.segment.inputs) {
     if (!v->isTensor()) {
       const c10::Scalar value = scalar(v);
@@ -51,21 +123,15 @@ bool SegmentKernels::launch(const Piece& p, Values& values, const ScalarFn& scal
       scalar_args.push_back(value.toDouble());
       continue;
     }
-    const at::Tensor& t = values.at(v);
-    KernelTensorArg now = kernelArgOf(t);
-    const KernelTensorArg& then = p.args[arg++];
-    // The kernel bakes in sizes, strides and alignment; anything else takes the ATen path.
-    bool same = now.sizes == then.sizes && now.strides == then.strides && now.alignment_bytes >= then.alignment_bytes;
-    if (!same) return false;
-    ins.push_back(t);
+    ins.push_back(values.at(v));
   }
   if (ins.empty()) return false;  // outputs take their device from an input
   std::vector<at::Tensor> outs;
   for (size_t i = 0; i < p.segment.outputs.size(); ++i) {
     const TensorView* tv = p.segment.outputs[i];
-    outs.push_back(at::empty(p.kernel->output_sizes[i], ins.at(0).options().dtype(toAten(tv->dtype()))));
+    outs.push_back(at::empty(k.output_sizes[i], ins.at(0).options().dtype(toAten(tv->dtype()))));
   }
-  launchGeneratedKernel(*p.kernel, ins, outs, scalar_args);
+  launchGeneratedKernel(k, ins, outs, scalar_args);
   for (size_t i = 0; i < outs.size(); ++i) values[p.segment.outputs[i]] = outs[i];
   return true;
 }
@@ -74,7 +140,7 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
                           const ScalarFn& scalar, bool do_launch, const std::string& label) {
   planned_ = true;
   auto finish = [&](Piece p) {  // runs the piece now: the next piece's args are its outputs
-    const bool launched = do_launch && launch(p, values, scalar);
+    const bool launched = do_launch && p.kernel && launch(p, *p.kernel, values, scalar);
     if (!launched) {
       eval(p.exprs, values);
       // As a kernel would have left them (e.g. on meta tensors): the next piece plans on these.
@@ -90,6 +156,7 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
     }
     // Without launching (meta tensors), what would run it; else what did.
     last_.push_back(p.kernel && (launched || !do_launch) ? p.kernel->scheduler : "expr_eval");
+    if (p.kernel) ++compileCounters().sources;
     pieces_.push_back(std::move(p));
   };
   Piece whole = makePiece(exprs, fusion, values);
@@ -124,16 +191,32 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
 
 void SegmentKernels::run(const std::vector<Expr*>& exprs, const Fusion& fusion, Values& values, const EvalFn& eval,
                          const ScalarFn& scalar, bool do_launch, const std::string& label) {
+  last_.clear();
+  last_kernels_.clear();
   if (!planned_) {
-    last_.clear();
     plan(exprs, fusion, values, eval, scalar, do_launch, label);
+    for (const Piece& p : pieces_) last_kernels_.push_back(p.kernel ? &*p.kernel : nullptr);
     return;
   }
-  last_.clear();
-  for (const Piece& p : pieces_) {
-    bool launched = do_launch && launch(p, values, scalar);
-    if (!launched) eval(p.exprs, values);
-    last_.push_back(launched ? p.kernel->scheduler : "expr_eval");
+  for (size_t i = 0; i < pieces_.size(); ++i) {
+    Piece& p = pieces_[i];
+    const GeneratedKernel* k = nullptr;
+    if (p.kernel) {
+      std::vector<KernelTensorArg> args;
+      for (const Val* v : p.segment.inputs) {
+        if (v->isTensor()) args.push_back(kernelArgOf(values.at(v)));
+      }
+      k = kernelFor(p, args, pieces_.size() > 1 ? label + " piece " + std::to_string(i) : label);
+    }
+    bool launched = do_launch && k != nullptr && launch(p, *k, values, scalar);
+    if (!launched) {
+      eval(p.exprs, values);
+      if (k != nullptr && !do_launch) {  // as the kernel would have left them: contiguous (meta tensors)
+        for (const TensorView* out : p.segment.outputs) values[out] = values.at(out).contiguous();
+      }
+    }
+    last_.push_back(k != nullptr && (launched || !do_launch) ? k->scheduler : "expr_eval");
+    last_kernels_.push_back(k);
   }
 }
 

@@ -4,15 +4,22 @@
 // Requires: the segment's exprs in topological order; on the first run, the values of the
 // segment's inputs. Guarantees: the first run plans the pieces (the whole segment when one kernel
 // holds it; else greedily in program order: a piece grows while the generator still accepts it,
-// and an op it refuses on its own runs alone on the ATen evaluator) and runs them; later runs reuse
-// the plan, and a piece whose inputs' sizes, strides or alignment changed, or that would receive an
-// integer scalar past 2^53 (kernels take scalars as doubles), runs on ATen. Every op of
-// the segment runs exactly once per run. MESHFUSER_DUMP=fallback names each op left on ATen and why.
+// and an op it refuses on its own runs alone on the ATen evaluator) and runs them. The plan is made
+// once per executor, i.e. once per shape class (runtime/shape_class.h); later runs reuse it. A
+// piece whose inputs' sizes, strides or alignment changed gets the kernel for its new arguments:
+// generated again as text (microseconds), and since the text holds no extent-dependent number (the
+// count is a launch argument, codegen/kernel.h), usually the same source, whose compiled module the
+// CUDA cache already holds. Up to kMaxVariants kernels per piece are kept (least recently used
+// out). A piece runs on ATen when the generator refuses its new arguments or it would receive an
+// integer scalar past 2^53 (kernels take scalars as doubles); MESHFUSER_DUMP=fallback says so.
+// MESHFUSER_DUMP=recompile names every new kernel source and which scheduler choice changed.
+// Every op of the segment runs exactly once per run.
 #pragma once
 
 #include <ATen/ATen.h>
 
 #include <functional>
+#include <list>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -31,7 +38,10 @@ class SegmentKernels {
     std::optional<GeneratedKernel> kernel;  // nullopt: the ATen evaluator runs `exprs`
     std::vector<KernelTensorArg> args;      // what the kernel was generated for
     std::string why_not;                    // why the ATen evaluator runs it
+    // Kernels for other arguments of the same piece, most recently used first (nullopt: refused).
+    std::list<std::pair<std::vector<KernelTensorArg>, std::optional<GeneratedKernel>>> variants;
   };
+  static constexpr size_t kMaxVariants = 8;
   using Values = std::unordered_map<const Val*, at::Tensor>;
   // Evaluates exprs with the ATen evaluator into `values`.
   using EvalFn = std::function<void(const std::vector<Expr*>&, Values&)>;
@@ -46,15 +56,30 @@ class SegmentKernels {
   const std::vector<Piece>& pieces() const { return pieces_; }
   // What ran each piece on the last run: a kernel's scheduler or "expr_eval".
   const std::vector<std::string>& lastSchedulers() const { return last_; }
+  // The kernel of each piece on the last run (null: ATen), for cuda_kernels and the host program.
+  const std::vector<const GeneratedKernel*>& lastKernels() const { return last_kernels_; }
+  // The plan as text, one line per piece: its ops, then the kernel or why ATen runs them.
+  std::string planText(const std::string& indent) const;
 
  private:
+  // The kernel for the piece at these arguments (null: the generator refuses them).
+  const GeneratedKernel* kernelFor(Piece& p, const std::vector<KernelTensorArg>& args, const std::string& label);
   void plan(const std::vector<Expr*>& exprs, const Fusion& fusion, Values& values, const EvalFn& eval,
             const ScalarFn& scalar, bool launch, const std::string& label);
   // Launches the piece's kernel when its args still match; false when ATen must run it.
-  bool launch(const Piece& p, Values& values, const ScalarFn& scalar);
+  bool launch(const Piece& p, const GeneratedKernel& k, Values& values, const ScalarFn& scalar);
   bool planned_ = false;
   std::vector<Piece> pieces_;
   std::vector<std::string> last_;
+  std::vector<const GeneratedKernel*> last_kernels_;
 };
+
+// Counters of compile work, process-wide (tests assert what a new extent costs).
+struct CompileCounters {
+  int64_t executors = 0;  // FusionExecutors built (pass pipeline + lowering + segmentation)
+  int64_t kernels = 0;    // generateKernel calls (text only)
+  int64_t sources = 0;    // distinct kernel sources planned or regenerated (each an NVRTC compile on a GPU)
+};
+CompileCounters& compileCounters();
 
 }  // namespace mf

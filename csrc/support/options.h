@@ -7,7 +7,7 @@
 
 namespace mf {
 
-enum class DumpOption { FusionIr, PassIr, HostProgram, CudaKernel, Fallback, Communication, kCount };
+enum class DumpOption { FusionIr, PassIr, HostProgram, CudaKernel, Fallback, Communication, Recompile, kCount };
 enum class DisableOption { Codegen, CollectiveValidation, kCount };
 
 bool isDumpEnabled(DumpOption opt);

@@ -320,7 +320,10 @@ def test_cache_hit_and_new_signature():
     assert fd._handle.num_executors() == 1  # hit
     x2, y2 = torch.randn(5, 2), torch.randn(5, 2)
     _check(fd.execute([x2, y2]), [torch.exp(x2 + y2)])
-    assert fd._handle.num_executors() == 2  # new shape signature
+    assert fd._handle.num_executors() == 1  # other extents, same shape class: reused
+    xt = torch.randn(4, 3).t()  # another stride order: a new shape class
+    _check(fd.execute([xt, y]), [torch.exp(xt + y)])
+    assert fd._handle.num_executors() == 2
     # A second, identical definition shares the cache (same fingerprint).
     fd2, out2 = _run(_exp_add, [x, y])
     _check(out2, [torch.exp(x + y)])

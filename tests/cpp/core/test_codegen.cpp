@@ -83,12 +83,14 @@ __device__ __forceinline__ float mf_relu(float x) { return (x != x || x > 0.0f) 
 __device__ __forceinline__ float mf_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 __device__ __forceinline__ float mf_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-extern "C" __global__ void __launch_bounds__(128) mf_pointwise_17931c4eca404d19(
+extern "C" __global__ void __launch_bounds__(128) mf_pointwise_7917a60e609a21d7(
     const float* __restrict__ T0,
     const float* __restrict__ T1,
-    float* __restrict__ T3) {
-  // pointwise over [3, 5] (15 elements, 1 per thread step)
-  for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < 15; i += (int)gridDim.x * blockDim.x) {
+    float* __restrict__ T3,
+    const long long mf_n) {
+  const int mf_count = (int)mf_n;  // the extent-dependent bound
+  // pointwise over [*, 5] (mf_count groups of 1 elements)
+  for (int i = (int)blockIdx.x * blockDim.x + threadIdx.x; i < mf_count; i += (int)gridDim.x * blockDim.x) {
     const float t0 = T0[i];
     const float t1 = T1[i];
     const float t2 = t0 + t1;  // T2 = add(T0, T1)
@@ -318,7 +320,8 @@ TEST(CodegenTest, SiluIsOneFloatExpression) {
 TEST(CodegenTest, VectorizedBiasGelu) {
   auto k = gen(biasGeluBf16());
   ASSERT_TRUE(k.has_value());
-  EXPECT_TRUE(contains(k->source, "// pointwise over [64, 128] (8192 elements, 8 per thread step)")) << k->source;
+  EXPECT_TRUE(contains(k->source, "// pointwise over [*, 128] (mf_count groups of 8 elements)")) << k->source;
+  EXPECT_EQ(k->count, 64 * 128 / 8);
   EXPECT_TRUE(contains(k->source, "const mf_array<mf_bf16, 8> v0 = *reinterpret_cast<const mf_array<mf_bf16, 8>*>(T0 + i);"));
   EXPECT_TRUE(contains(k->source, "const int c1 = crem % 128;"));
   EXPECT_TRUE(contains(k->source, "*reinterpret_cast<const mf_array<mf_bf16, 8>*>(T1 + c1);"));
@@ -365,7 +368,7 @@ TEST(CodegenTest, BoolOutputsAndScalars) {
   EXPECT_TRUE(contains(k->source, "mf_array<mf_bool, 8> o1;"));
   auto m = gen(scalarMath());
   ASSERT_TRUE(m.has_value());
-  EXPECT_TRUE(contains(m->source, "    double S0,\n    double S1) {\n  const float s0 = (float)S0;\n")) << m->source;
+  EXPECT_TRUE(contains(m->source, "    double S0,\n    double S1,\n    const long long mf_n) {\n  const int mf_count = (int)mf_n;  // the extent-dependent bound\n  const float s0 = (float)S0;\n")) << m->source;
   EXPECT_TRUE(contains(m->source, "powf(t"));
   EXPECT_TRUE(contains(m->source, "mf_max(t"));
   EXPECT_TRUE(contains(m->source, "(-1.5f)"));
@@ -377,7 +380,7 @@ TEST(CodegenTest, InnerReductionWithPrologueAndEpilogue) {
   EXPECT_EQ(k->scheduler, "reduction");
   EXPECT_EQ(k->name.rfind("mf_reduction_", 0), 0u);
   const std::string& s = k->source;
-  EXPECT_TRUE(contains(s, "// inner reduction T3 = sum(T2, dims=[1]): 256 rows x 1024 reduced elements")) << s;
+  EXPECT_TRUE(contains(s, "// inner reduction T3 = sum(T2, dims=[1]): mf_count rows x 1024 reduced elements")) << s;
   // 8-wide vectors, 64 threads per row (2 vectors each, both loaded before any math).
   EXPECT_TRUE(contains(s, "8 per vector, 2 vectors per step")) << s;
   EXPECT_TRUE(contains(s, "const int i = row * 1024 + (j + u * 64) * 8;"));
@@ -408,7 +411,7 @@ TEST(CodegenTest, OuterReduction) {
   auto k = gen(outerMax());
   ASSERT_TRUE(k.has_value());
   const std::string& s = k->source;
-  EXPECT_TRUE(contains(s, "// outer reduction T2 = max(T1, dims=[0]): 96 rows x 4096 reduced elements")) << s;
+  EXPECT_TRUE(contains(s, "// outer reduction T2 = max(T1, dims=[0]): 96 rows x mf_count reduced elements")) << s;
   EXPECT_TRUE(contains(s, "4 x 256 threads per block, 8 per vector, 4 vectors per step"));
   EXPECT_TRUE(contains(s, "mf_acc[k] = __int_as_float(0xff800000);"));
   EXPECT_TRUE(contains(s, "const int i = (j + u * 256) * 96 + col;"));
@@ -504,10 +507,14 @@ TEST(CodegenTest, LaunchConfigs) {
   auto huge = gen(hugePointwise());
   ASSERT_TRUE(huge.has_value());
   EXPECT_TRUE(contains(huge->source, "long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;")) << huge->source;
-  EXPECT_TRUE(contains(huge->source, "for (; g + 3 * step < 536870912; g += 4 * step) {"));
-  EXPECT_TRUE(contains(huge->source, "for (; g < 536870912; g += step) {  // tail: one group per step"));
+  EXPECT_TRUE(contains(huge->source, "const long long mf_count = (long long)mf_n;"));
+  EXPECT_TRUE(contains(huge->source, "for (; g + 3 * step < mf_count; g += 4 * step) {"));
+  EXPECT_TRUE(contains(huge->source, "for (; g < mf_count; g += step) {  // tail: one group per step"));
+  EXPECT_EQ(huge->count, 536870912);
   EXPECT_EQ(huge->launch.grid_x, 132 * 8);
-  EXPECT_FALSE(contains(gen(addRelu())->source, "long long"));
+  // 32-bit indexing where it fits: only the count parameter is 64-bit.
+  EXPECT_TRUE(contains(gen(addRelu())->source, "const int mf_count = (int)mf_n;"));
+  EXPECT_FALSE(contains(gen(addRelu())->source, "long long i"));
   // {block_x, block_y, grid_x}. Inner, few long rows: a block per row, >= 2 vectors (float: 4 wide) per thread.
   auto cfg = [](const KernelLaunch& k) { return std::vector<int64_t>{k.block_x, k.block_y, k.grid_x}; };
   using V = std::vector<int64_t>;
@@ -534,7 +541,8 @@ TEST(CodegenTest, BenchmarkLaunchConfigs) {
   ASSERT_TRUE(pw.has_value());
   EXPECT_EQ(pw->launch.block_x, 256);
   EXPECT_EQ(pw->launch.grid_x, 1056);
-  EXPECT_TRUE(contains(pw->source, "(268435456 elements, 8 per thread step, 4 steps unrolled)")) << pw->source;
+  EXPECT_TRUE(contains(pw->source, "(mf_count groups of 8 elements, 4 steps unrolled)")) << pw->source;
+  EXPECT_EQ(pw->count, 268435456 / 8);
   EXPECT_TRUE(contains(pw->source, "const int c1 = crem % 16384;"));
   auto sum = [n](int64_t dim) {
     return makeCase("bench_sum", [n, dim](Fusion& f) {

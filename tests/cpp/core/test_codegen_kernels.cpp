@@ -34,7 +34,8 @@ TEST(CodegenTest, MiddleAxisReductionIsAnOuterReductionPerSlice) {
   auto k = gen(sumOf({6, 1000, 40}, {1}));
   ASSERT_TRUE(k.has_value());
   EXPECT_EQ(k->scheduler, "reduction");
-  EXPECT_TRUE(contains(k->source, "(col / 40) * 40000 + j * 40 + col % 40")) << k->source;
+  EXPECT_TRUE(contains(k->source, "(col / 40) * mf_count * 40 + j * 40 + col % 40")) << k->source;
+  EXPECT_EQ(k->count, 1000);  // the reduced extent, a launch argument
 }
 
 TEST(CodegenTest, SoftmaxIsOneNormalizationKernel) {
@@ -66,6 +67,45 @@ TEST(CodegenTest, SoftmaxIsOneNormalizationKernel) {
 }
 
 // ---- launch configs ----
+
+}  // namespace
+}  // namespace mf
+
+namespace mf {
+namespace {
+
+using namespace codegen_test;  // NOLINT: the shared cases and helpers
+
+// Another outer extent, same choices: the same source (one compile serves both), only the count
+// (a launch argument) and the launch differ. One definition (as with symbolic extents), two args.
+TEST(CodegenShapeClassTest, OuterExtentIsALaunchArgumentNotText) {
+  struct Variant {
+    Case c;
+    std::vector<int64_t> other_shape;
+    int64_t count, other_count;
+  };
+  std::vector<Variant> variants;
+  variants.push_back({sumOf({1000, 4096}, {1}), {1237, 4096}, 1000, 1237});  // inner reduction: rows
+  variants.push_back({sumOf({5000, 96}, {0}), {7001, 96}, 5000, 7001});      // outer: reduced rows
+  variants.push_back({softmaxBf16(1000, 4096), {1999, 4096}, 1000, 1999});   // normalization: rows
+  for (Variant& v : variants) {
+    auto ka = gen(v.c);
+    v.c.args[0].sizes = v.other_shape;
+    v.c.args[0].strides = {v.other_shape[1], 1};
+    auto kb = gen(v.c);
+    ASSERT_TRUE(ka.has_value() && kb.has_value()) << v.c.label;
+    EXPECT_EQ(ka->source, kb->source) << v.c.label;
+    EXPECT_EQ(ka->name, kb->name);
+    EXPECT_EQ(ka->count, v.count);
+    EXPECT_EQ(kb->count, v.other_count);
+  }
+}
+
+// What changes the code still changes the source: another inner extent, or an index width.
+TEST(CodegenShapeClassTest, InnerExtentAndIndexWidthStillSpecialize) {
+  EXPECT_NE(gen(sumOf({1000, 4096}, {1}))->source, gen(sumOf({1000, 2048}, {1}))->source);
+  EXPECT_NE(gen(softmaxBf16(1000, 4096))->source, gen(softmaxBf16(1 << 20, 4096))->source);  // 2^32 elements: 64-bit
+}
 
 }  // namespace
 }  // namespace mf
