@@ -7,7 +7,8 @@
 // read/written with one aligned vector access per group (the scheduler checked divisibility and
 // alignment), and inputs broadcast along the inner axis are read once per group. With unroll U > 1
 // the main loop takes U groups per thread (strided by the grid, so every warp access stays
-// coalesced) and issues all their loads before any math or store; a one-group loop does the tail.
+// coalesced) and issues all their loads before any math or store; loops of U/2, ... groups and a
+// one-group loop do the rest.
 #include "codegen/internal.h"
 
 namespace mf {
@@ -39,17 +40,21 @@ std::string emitPointwise(const Analysis& a, const Schedule& s, const std::strin
   }
   os << "  const " << it << " step = (" << it << ")gridDim.x * blockDim.x;\n";
   os << "  " << it << " g = (" << it << ")blockIdx.x * blockDim.x + threadIdx.x;\n";
-  os << "  for (; g + " << u - 1 << " * step < " << groups << "; g += " << u << " * step) {  // " << u
-     << " groups: all loads, then the math\n";
-  emitGroupArrays(r, p, v, u, "    ", os);
-  os << "#pragma unroll\n    for (int u = 0; u < " << u << "; ++u) {\n";
-  os << "      const " << it << " i = " << timesText("g + u * step", v) << ";\n";
-  emitGroupLoads(r, p, v, "i", it, "[u]", "      ", os);
-  os << "    }\n";
-  os << "#pragma unroll\n    for (int u = 0; u < " << u << "; ++u) {\n";
-  os << "      const " << it << " i = " << timesText("g + u * step", v) << ";\n";
-  emitGroupCompute(r, p, v, "i", "[u]", "      ", os);
-  os << "    }\n  }\n";
+  // Loops of u, then u / 2, ... groups: the scheduler's unroll does not depend on the extents (one
+  // source for every row count), and a thread with few groups still batches their loads.
+  for (int64_t w = u; w > 1; w /= 2) {
+    os << "  for (; g + " << w - 1 << " * step < " << groups << "; g += " << w << " * step) {  // " << w
+       << " groups: all loads, then the math\n";
+    emitGroupArrays(r, p, v, w, "    ", os);
+    os << "#pragma unroll\n    for (int u = 0; u < " << w << "; ++u) {\n";
+    os << "      const " << it << " i = " << timesText("g + u * step", v) << ";\n";
+    emitGroupLoads(r, p, v, "i", it, "[u]", "      ", os);
+    os << "    }\n";
+    os << "#pragma unroll\n    for (int u = 0; u < " << w << "; ++u) {\n";
+    os << "      const " << it << " i = " << timesText("g + u * step", v) << ";\n";
+    emitGroupCompute(r, p, v, "i", "[u]", "      ", os);
+    os << "    }\n  }\n";
+  }
   os << "  for (; g < " << groups << "; g += step) {  // tail: one group per step\n";
   os << "    const " << it << " i = " << timesText("g", v) << ";\n";
   emitGroupLoads(r, p, v, "i", it, "", "    ", os);

@@ -75,18 +75,24 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
     const std::string in = indent + "  ";
     if (u > 1) {
       os << indent << it << " j = " << first << ";\n";
-      os << indent << "for (; j + " << (u - 1) * stride << " < " << count << "; j += " << u * stride << ") {  // "
-         << u << " groups: all loads, then the math\n";
-      emitGroupArrays(s.main, s.main_index, v, u, in, os);
-      os << "#pragma unroll\n" << in << "for (int u = 0; u < " << u << "; ++u) {\n";
-      os << in << "  const " << it << " i = " << flat("j + u * " + std::to_string(stride)) << ";\n";
-      emitGroupLoads(s.main, s.main_index, v, "i", it, "[u]", in + "  ", os);
-      os << in << "}\n";
-      os << "#pragma unroll\n" << in << "for (int u = 0; u < " << u << "; ++u) {\n";
-      if (!s.main.stores.empty()) os << in << "  const " << it << " i = " << flat("j + u * " + std::to_string(stride)) << ";\n";
-      emitGroupCompute(s.main, s.main_index, v, "i", "[u]", in + "  ", os, accumulate);
-      os << in << "}\n";
-      os << indent << "}\n";
+      // Loops of u, u / 2, ... groups, then one: an outer reduction's count is the extent-dependent
+      // reduced extent, and its unroll must not depend on it (one source for every row count).
+      for (int64_t w = u; w > 1; w /= 2) {
+        os << indent << "for (; j + " << (w - 1) * stride << " < " << count << "; j += " << w * stride << ") {  // "
+           << w << " groups: all loads, then the math\n";
+        emitGroupArrays(s.main, s.main_index, v, w, in, os);
+        os << "#pragma unroll\n" << in << "for (int u = 0; u < " << w << "; ++u) {\n";
+        os << in << "  const " << it << " i = " << flat("j + u * " + std::to_string(stride)) << ";\n";
+        emitGroupLoads(s.main, s.main_index, v, "i", it, "[u]", in + "  ", os);
+        os << in << "}\n";
+        os << "#pragma unroll\n" << in << "for (int u = 0; u < " << w << "; ++u) {\n";
+        if (!s.main.stores.empty()) {
+          os << in << "  const " << it << " i = " << flat("j + u * " + std::to_string(stride)) << ";\n";
+        }
+        emitGroupCompute(s.main, s.main_index, v, "i", "[u]", in + "  ", os, accumulate);
+        os << in << "}\n";
+        os << indent << "}\n";
+      }
       os << indent << "for (; j < " << count << "; j += " << stride << ") {\n";
     } else {
       os << indent << "for (" << it << " j = " << first << "; j < " << count << "; j += " << stride << ") {\n";

@@ -15,7 +15,9 @@
 //              it to divide the reduced extent (inner) or the column count (outer).
 //   unroll     4 (else 2) vector groups per thread per loop step when every thread has at least
 //              that many: all their loads are issued before any math, so a thread keeps up to 4
-//              x 16 bytes per tensor in flight instead of one access and a stall.
+//              x 16 bytes per tensor in flight instead of one access and a stall. Pointwise kernels
+//              always take 4 and fall through loops of 2 and 1 (their text must not depend on the
+//              outer extent).
 //   pointwise  block 128 (small) or 256; grid = min(groups / block, sm_count * 2048 / block).
 //   inner      warp per row (block 32 x 8) for short rows; else one row per block, 256 threads when
 //              rows are plentiful (>= 2 per SM), else up to 1024 with at least 2 vectors per thread.
@@ -188,7 +190,9 @@ bool schedulePointwise(const Analysis& a, const CodegenOptions& o, Schedule* s, 
   s->launch.block_x = block;
   s->launch.grid_x = gridFor(groups, block, block, o);
   int64_t threads = s->launch.grid_x * block;
-  s->unroll = unrollFor(groups / threads);
+  // Always 4 (the emitter adds loops of 2 and 1 for what is left): a choice by groups per thread
+  // would make the text depend on the outer extent, one compile per size bucket.
+  s->unroll = 4;
   // g + (unroll - 1) * step and (g + u * step) * vec stay below (groups + (unroll + 1) * threads) * vec.
   int64_t bound = (groups + (s->unroll + 1) * threads) * s->vec;
   s->index64 = bound > kInt32Max || s->main_index.max_offset > kInt32Max;
@@ -323,7 +327,7 @@ bool scheduleReduction(const Analysis& a, const CodegenOptions& o, Schedule* s, 
     l.block_y = floorPow2(std::max<int64_t>(1, threads / tx));
     while (l.block_y > 1 && l.block_y / 2 >= s->red) l.block_y /= 2;  // no idle rows of threads
     l.grid_x = gridFor(tiles, 1, l.block_x * l.block_y, o);
-    s->unroll = unrollFor(s->red / l.block_y);
+    s->unroll = 4;  // with loops of 2 and 1 after it: the reduced extent is the launch's count
     bound = (s->red + (s->unroll + 1) * l.block_y + 1) * s->rows + l.grid_x * tx * s->vec;
   }
   s->index64 = bound > kInt32Max || s->main_index.max_offset > kInt32Max || s->epilogue_index.max_offset > kInt32Max;

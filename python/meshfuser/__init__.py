@@ -11,6 +11,7 @@ from .distributed import Communicator
 from .fusion_definition import FusionDefinition, TensorView, shard_tensor
 from .profiler import Profiler, PythonProfiler
 from . import dtensor  # noqa: F401  (meshfuser.dtensor after `import meshfuser`)
+from ._C import set_cache_limits, compile_counters
 
 # The folder to put on CMAKE_PREFIX_PATH for find_package(meshfuser) (C++ API: headers,
 # libmeshfuser and the CMake package ship inside the installed package, as PyTorch's do).
@@ -19,5 +20,5 @@ cmake_prefix_path = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), 
 __all__ = [
     "DataType", "ParallelType", "DeviceMesh", "FusionDefinition", "TensorView", "Communicator",
     "Error", "ArgumentError", "InternalError", "Profiler", "PythonProfiler", "shard_tensor", "__version__",
-    "cmake_prefix_path",
+    "cmake_prefix_path", "set_cache_limits", "compile_counters",
 ]
