@@ -123,10 +123,13 @@ std::vector<OpInfo> buildTable() {
   t.push_back(where);
 
   // Layout.
-  t.push_back(layout(OpType::BroadcastInDim, "broadcast_in_dim", kAttrShape | kAttrBroadcastDims, &mapBroadcastInDim,
-                     "aten::expand", AtenArgs::BroadcastInDim));
-  t.push_back(layout(OpType::Squeeze, "squeeze", kAttrDims, &mapSqueeze, "aten::squeeze.dims", AtenArgs::AttrDims));
-  t.push_back(layout(OpType::Permute, "permute", kAttrDims, &mapPermute, "aten::permute", AtenArgs::AttrDims));
+  for (OpInfo view : {layout(OpType::BroadcastInDim, "broadcast_in_dim", kAttrShape | kAttrBroadcastDims,
+                             &mapBroadcastInDim, "aten::expand", AtenArgs::BroadcastInDim),
+                      layout(OpType::Squeeze, "squeeze", kAttrDims, &mapSqueeze, "aten::squeeze.dims", AtenArgs::AttrDims),
+                      layout(OpType::Permute, "permute", kAttrDims, &mapPermute, "aten::permute", AtenArgs::AttrDims)}) {
+    view.aten_view = true;
+    t.push_back(view);
+  }
   OpInfo reshape = layout(OpType::Reshape, "reshape", kAttrShape, &mapReshape, "aten::reshape", AtenArgs::LocalShape);
   reshape.regroups_axes = true;
   reshape.cuda = nullptr;

@@ -137,6 +137,9 @@ struct OpInfo {
   // cat): a device split on an output axis that no input axis maps to onto is then a reshard, not
   // a fresh axis. (A resized axis maps to nothing: its shards would hold different ranges.)
   bool regroups_axes;
+  // ATen evaluates it as a view of its input (no data moves): a piece of only such ops runs on ATen
+  // rather than as a generated copy kernel (its consumers read the strided view directly).
+  bool aten_view = false;
 
   // ATen evaluation: a dispatcher name ("aten::exp", "aten::sum.dim_IntList") and its arguments.
   const char* aten;

@@ -1,5 +1,6 @@
 #include "runtime/segment_kernels.h"
 
+#include <algorithm>
 #include <iostream>
 #include <unordered_set>
 
@@ -140,6 +141,13 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
                           const ScalarFn& scalar, bool do_launch, const std::string& label) {
   planned_ = true;
   auto finish = [&](Piece p) {  // runs the piece now: the next piece's args are its outputs
+    // Views only (the heads of q, k, v permuted for attention): ATen returns views, moving no data,
+    // where a generated kernel would copy them (and its text would hold their middle extents).
+    if (std::all_of(p.exprs.begin(), p.exprs.end(), [](const Expr* e) { return opInfo(e->op()).aten_view; })) {
+      p.kernel.reset();
+      p.why_not = "only views (ATen returns them without moving data)";
+      p.views_only = true;
+    }
     const bool launched = do_launch && p.kernel && launch(p, *p.kernel, values, scalar);
     if (!launched) {
       eval(p.exprs, values);
@@ -148,7 +156,7 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
         for (const TensorView* out : p.segment.outputs) values[out] = values.at(out).contiguous();
       }
     }
-    if (!p.kernel && isDumpEnabled(DumpOption::Fallback)) {
+    if (!p.kernel && !p.views_only && isDumpEnabled(DumpOption::Fallback)) {
       for (const Expr* e : p.exprs) {
         std::cout << "meshfuser: " << label << ": " << e->toString() << " runs on the ATen evaluator: " << p.why_not
                   << std::endl;

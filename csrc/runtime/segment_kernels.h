@@ -38,6 +38,7 @@ class SegmentKernels {
     std::optional<GeneratedKernel> kernel;  // nullopt: the ATen evaluator runs `exprs`
     std::vector<KernelTensorArg> args;      // what the kernel was generated for
     std::string why_not;                    // why the ATen evaluator runs it
+    bool views_only = false;                // ATen returns views: no data moves, not a fallback
     // Kernels for other arguments of the same piece, most recently used first (nullopt: refused).
     std::list<std::pair<std::vector<KernelTensorArg>, std::optional<GeneratedKernel>>> variants;
   };

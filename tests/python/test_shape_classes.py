@@ -223,3 +223,26 @@ def test_generated_kernels_across_row_counts_on_gpu(name):
             torch.testing.assert_close(o.float(), r.float(), rtol=2e-2, atol=2e-2)
         built = built or fd._handle.executors_built()
     assert fd._handle.executors_built() == built == 1
+
+
+def test_gpt_block_forward_sources_do_not_depend_on_the_sequence_length():
+    """The GPT block with a symbolic sequence: the same kernels for every length, and the heads'
+    permutes stay ATen views (a copy kernel would hold the sequence length in its text)."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+    import transformer_blocks as blocks
+
+    meshfuser._C.clear_caches()
+    fd = FusionDefinition()
+    with fd:
+        blocks.define_gpt_forward(fd, 1, -1, 4, 16, BF)
+
+    def sources(seq):
+        full = blocks.gpt_parameters(1, seq, 64, seed=0, dtype=torch.bfloat16)
+        return fd.cuda_kernels([t.to("meta") for t in blocks.gpt_forward_inputs(full["x"], full)])
+
+    first = sources(1000)
+    assert len(first) == 4  # LayerNorm, LayerNorm with the residual add, GELU, the last add
+    assert sources(1256) == first and sources(8) == first
+    assert "piece 0 [permute]: ATen (only views" in fd.host_program()
+    assert fd._handle.executors_built() == 1
