@@ -241,8 +241,8 @@ def test_gpt_block_forward_sources_do_not_depend_on_the_sequence_length():
         full = blocks.gpt_parameters(1, seq, 64, seed=0, dtype=torch.bfloat16)
         return fd.cuda_kernels([t.to("meta") for t in blocks.gpt_forward_inputs(full["x"], full)])
 
-    first = sources(1000)
+    first = sources(3000)  # lengths past the small-size bucket (128-thread pointwise blocks)
     assert len(first) == 4  # LayerNorm, LayerNorm with the residual add, GELU, the last add
-    assert sources(1256) == first and sources(4104) == first
+    assert sources(3256) == first and sources(4104) == first
     assert "piece 0 [permute]: ATen (only views" in fd.host_program()
     assert fd._handle.executors_built() == 1
