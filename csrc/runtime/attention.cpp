@@ -51,12 +51,22 @@ struct KernelCall {
   at::Tensor unpad(const at::Tensor& t) const { return t.size(-1) == head_dim ? t : t.narrow(-1, 0, head_dim); }
 };
 
+// The fused CUDA kernels read any layout with a unit stride along head_dim (q, k and v permuted out
+// of [batch, seq, heads, head_dim] are read in place, and the output comes back in that layout, so
+// merging the heads after is a view): no copy unless head_dim is strided.
+at::Tensor to4dStrided(const at::Tensor& t) {
+  if (!t.is_cuda() || t.stride(-1) != 1) return to4d(t);
+  int64_t batch = 1;
+  for (int64_t d = 0; d + 3 < t.dim(); ++d) batch *= t.size(d);
+  return t.reshape({batch, t.size(-3), t.size(-2), t.size(-1)});
+}
+
 KernelCall prepare(const Expr* e, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   const ExprAttrs& a = e->attrs();
   KernelCall c;
-  c.q = to4d(q);
-  c.k = to4d(k);
-  c.v = to4d(v);
+  c.q = to4dStrided(q);
+  c.k = to4dStrided(k);
+  c.v = to4dStrided(v);
   c.head_dim = q.size(-1);
   c.scale = a.scale.value_or(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
   int64_t padded = (c.head_dim + kHeadDimMultiple - 1) / kHeadDimMultiple * kHeadDimMultiple;
@@ -159,7 +169,7 @@ std::vector<at::Tensor> backward(const Expr* e, const std::vector<RuntimeValue>&
   const ExprAttrs& a = e->attrs();
   const at::Tensor& q = in[1].tensor;
   KernelCall c = prepare(e, q, in[2].tensor, in[3].tensor);
-  at::Tensor grad4 = c.pad(to4d(in[0].tensor)), out4 = c.pad(to4d(in[4].tensor));
+  at::Tensor grad4 = c.pad(to4dStrided(in[0].tensor)), out4 = c.pad(to4dStrided(in[4].tensor));
   const at::Tensor& lse_in = in[5].tensor;
   int64_t lse_batch = 1;
   for (int64_t d = 0; d + 2 < lse_in.dim(); ++d) lse_batch *= lse_in.size(d);

@@ -155,7 +155,13 @@ std::string FusionExecutor::hostProgramText() const {
   for (const StreamLoop& loop : program_->streamLoops()) {
     loop_chunks.push_back(effectiveChunks(loop, globalRows(loop, last_bindings_)));
   }
-  return program_->toString(segmentSchedulers(), communicationBytes(), loop_chunks) + segmentationText() +
+  std::string mode;
+  Communicator& comm = Communicator::instance();
+  if (!program_->communications().empty() && eval_device_.is_cuda() && comm.cudaOverGloo()) {
+    mode = "Communications of CUDA tensors run on Gloo (MESHFUSER_CUDA_BACKEND=gloo: the test mode for ranks "
+           "sharing a GPU; point-to-point messages staged through host memory; not for speed)\n";
+  }
+  return program_->toString(segmentSchedulers(), communicationBytes(), loop_chunks) + mode + segmentationText() +
          attentionKernelsText();
 }
 
