@@ -197,6 +197,11 @@ std::vector<at::Tensor> backward(const Expr* e, const std::vector<RuntimeValue>&
         break;
       }
       case AttentionKernel::Efficient: {
+        // The memory-efficient backward reads grad_out and out in the [batch, seq, heads, head_dim]
+        // layout its forward writes (a contiguous out gave NaN gradients for padded head sizes).
+        auto bshd = [](const at::Tensor& t) { return t.transpose(1, 2).contiguous().transpose(1, 2); };
+        grad4 = bshd(grad4);
+        out4 = bshd(out4);
         int64_t rows = (seq_q + kEfficientLseRowMultiple - 1) / kEfficientLseRowMultiple * kEfficientLseRowMultiple;
         at::Tensor lse_padded = at::constant_pad_nd(lse3, {0, rows - seq_q}, 0);
         auto r = at::_scaled_dot_product_efficient_attention_backward(
