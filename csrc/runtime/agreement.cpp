@@ -133,10 +133,11 @@ void checkSameCall(Communicator& comm, const std::vector<int64_t>& all, int64_t 
   std::vector<int64_t> others;
   for (int64_t r = 0; r < size; ++r) {
     bool call = at(r, kMagicSlot) == kCallMagic;
-    if (!call || at(r, kRound) != at(rank, kRound)) rounds_differ = true;
-    else if (at(r, kFingerprint) != at(rank, kFingerprint)) programs_differ = true;
-    else if (at(r, kCall) != at(rank, kCall)) calls_differ = true;
-    else if (at(r, kThread) != at(rank, kThread)) threads_differ = true;
+    // Compared with rank 0's header (every rank names the same ranks).
+    if (!call || at(r, kRound) != at(0, kRound)) rounds_differ = true;
+    else if (at(r, kFingerprint) != at(0, kFingerprint)) programs_differ = true;
+    else if (at(r, kCall) != at(0, kCall)) calls_differ = true;
+    else if (at(r, kThread) != at(0, kThread)) threads_differ = true;
     else continue;
     others.push_back(r);
   }
@@ -150,19 +151,18 @@ void checkSameCall(Communicator& comm, const std::vector<int64_t>& all, int64_t 
   if (rounds_differ) {
     std::vector<std::string> rounds(size);
     for (int64_t r = 0; r < size; ++r) rounds[r] = std::to_string(at(r, kRound));
-    MF_THROW_USER("execute: the ranks are out of step: rank(s) ", rankList(others), " sent a different call than rank ",
-                  rank, " (", per_rank, "; agreement round per rank: ", perRank(rounds),
+    MF_THROW_USER("execute: the ranks are out of step: rank(s) ", rankList(others), " sent a different call than rank 0 (", per_rank, "; agreement round per rank: ", perRank(rounds),
                   "); an earlier call failed on some ranks only, or a rank skipped, added or ended its calls");
   }
   if (programs_differ) {
     MF_THROW_USER("execute: the ranks are out of step: rank(s) ", rankList(others), " compiled a different program ",
-                  "(definition or sharding schedule) than rank ", rank, " for this call (", per_rank,
+                  "(definition or sharding schedule) than rank 0 for this call (", per_rank,
                   "); every rank must execute the same definitions in the same order (a rank that skipped or added ",
                   "an execute shows up here). This rank's program fingerprint is ", fingerprint);
   }
   if (calls_differ) {
     MF_THROW_USER("execute: the ranks are out of step: rank(s) ", rankList(others), " are at another call of this ",
-                  "definition than rank ", rank, " (", per_rank, "): a rank skipped or added a call of it, so ",
+                  "definition than rank 0 (", per_rank, "): a rank skipped or added a call of it, so ",
                   "calls with different numbers would have exchanged data");
   }
   MF_THROW_USER("execute: the ranks run this call from different threads (", per_rank, "); calls from several ",

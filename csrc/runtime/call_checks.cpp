@@ -51,8 +51,8 @@ std::string embeddingIndexError(const Fusion& f, int64_t rank, const std::vector
     auto [lo, hi] = at::aminmax(indices);
     int64_t low = lo.item<int64_t>(), high = hi.item<int64_t>();
     if (low >= 0 && high < *rows) continue;
-    return mf::str("input ", input, " (", indices_tv->toString(), "): the indices of ", e->toString(),
-                   " must lie in [0, ", *rows, ") (the table's rows); got values in [", low, ", ", high, "]");
+    return mf::str("input ", input, " (", indices_tv->toString(), ") of ", e->toString(), ": indices must lie in [0, ",
+                   *rows, ") (the table's rows); got values in [", low, ", ", high, "]");
   }
   return "";
 }
