@@ -254,3 +254,27 @@ def test_control_transport_is_shared_memory_by_default(multidevice_test):
     _needs(d)
     expected = os.environ.get("MESHFUSER_CONTROL_TRANSPORT", "auto").lower()
     assert meshfuser.Communicator.instance().control_transport() == ("gloo" if expected == "gloo" else "shm")
+
+
+def test_dtensor_placement_error_on_one_rank_reaches_every_rank(multidevice_test):
+    """The placement check runs in Python, before the program: the failing rank's error still goes
+    into the call's agreement, so the others raise instead of waiting for it."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Replicate, Shard, distribute_tensor
+    d, rank = multidevice_test.size, multidevice_test.rank
+    _needs(d)
+    tmesh = init_device_mesh(multidevice_test.device.type, (d,))
+    mesh = DeviceMesh(range(d))
+    fd = _gather_program(mesh, 4 * d, cols=12)
+    full = torch.randn(4 * d, 12, device=multidevice_test.device)
+    sharded = distribute_tensor(full, tmesh, [Shard(0)])
+    replicated = distribute_tensor(full, tmesh, [Replicate()])
+    with pytest.raises(meshfuser.Error) as e:
+        fd.execute([replicated if rank == d - 1 else sharded])
+    msg = str(e.value)
+    if rank == d - 1:
+        assert "placement mismatch" in msg, msg
+    else:
+        assert f"validation failed on rank(s) {d - 1}" in msg and "placement mismatch" not in msg, msg
+    (out,) = fd.execute([sharded])
+    torch.testing.assert_close(out.full_tensor().cpu(), full.cpu())
