@@ -1,6 +1,7 @@
 #include "multidevice/communicator_control_shm.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <linux/futex.h>
 #include <sys/mman.h>
@@ -13,6 +14,7 @@
 #include <cerrno>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <functional>
@@ -41,6 +43,11 @@ struct SegmentHeader {
   int64_t size;
 };
 constexpr size_t kHeaderBytes = 64;
+// Busy-wait this many pause instructions before sleeping on the futex (MESHFUSER_CONTROL_SPINS).
+const int kSpins = [] {
+  const char* v = std::getenv("MESHFUSER_CONTROL_SPINS");
+  return v != nullptr && *v != '\0' ? std::atoi(v) : 2000;
+}();
 
 long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
@@ -129,9 +136,10 @@ std::vector<int64_t> ShmControl::collect(int64_t round, int64_t n, double timeou
         throw std::runtime_error(str("rank ", r, " shut meshfuser down after its round ", reached,
                                      " and will not take part in round ", round));
       }
-      if (spins < 2000) {  // a few tens of microseconds: the peer is usually about to post
+      if (spins < kSpins) {  // the peer may be about to post: spin, yielding the core now and then
         ++spins;
-        cpuRelax();
+        if (spins % 64 == 0) sched_yield();
+        else cpuRelax();
         continue;
       }
       auto now = std::chrono::steady_clock::now();
