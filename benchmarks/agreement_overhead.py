@@ -9,6 +9,8 @@ MESHFUSER_CONTROL_TRANSPORT=gloo for Gloo); run once per transport.
 CUDA tensors on ranks sharing one GPU (NCCL refuses that): MESHFUSER_BENCH_SHARED_GPU=1 makes the
 default group Gloo, which takes CUDA tensors for these collectives."""
 import os
+import statistics
+import time
 
 import torch
 import torch.distributed as dist
@@ -104,6 +106,19 @@ def main():
         r["added_b2b_us"] = 1e3 * (r["back_to_back_ms"] - base["back_to_back_ms"])
         r["added_sync_us"] = 1e3 * (r["synchronized_ms"] - base["synchronized_ms"])
         r["added_b2b_pct"] = 100 * (r["back_to_back_ms"] / base["back_to_back_ms"] - 1)
+    # One bare control round of 24 int64 (the header's size) through the process's transport.
+    for _ in range(200):
+        comm.exchange([0] * 24)
+    dist.barrier()
+    samples = []
+    for _ in range(2000):
+        t0 = time.perf_counter()
+        comm.exchange([0] * 24)
+        samples.append((time.perf_counter() - t0) * 1e6)
+    samples.sort()
+    if rank == 0:
+        print(f"\nbare control round (24 int64), transport {comm.control_transport()}: median "
+              f"{statistics.median(samples):.1f} us, p10 {samples[200]:.1f} us, p90 {samples[1800]:.1f} us")
     if rank == 0:
         where = torch.cuda.get_device_name(0) if cuda else "CPU"
         backend = dist.get_backend()
