@@ -72,6 +72,7 @@ c10::intrusive_ptr<c10d::Work> Communicator::allgather(const std::vector<int64_t
   auto b = backend(team, in.device().type());
   at::Tensor flat_out = out.view({-1});
   at::Tensor flat_in = in.view({-1});
+  ++posts_;  // counted before: a post that throws half-way may have reached the peers
   return b->_allgather_base(flat_out, flat_in);
 }
 
@@ -86,6 +87,7 @@ c10::intrusive_ptr<c10d::Work> Communicator::reduceScatter(const std::vector<int
   opts.reduceOp = toReduceOp(op);
   at::Tensor flat_out = out.view({-1});
   at::Tensor flat_in = in.view({-1});
+  ++posts_;  // counted before: a post that throws half-way may have reached the peers
   return b->_reduce_scatter_base(flat_out, flat_in, opts);
 }
 
@@ -95,6 +97,7 @@ c10::intrusive_ptr<c10d::Work> Communicator::allreduce(const std::vector<int64_t
   c10d::AllreduceOptions opts;
   opts.reduceOp = toReduceOp(op);
   std::vector<at::Tensor> ts = {t};
+  ++posts_;  // counted before: a post that throws half-way may have reached the peers
   return b->allreduce(ts, opts);
 }
 
@@ -107,6 +110,7 @@ c10::intrusive_ptr<c10d::Work> Communicator::allToAll(const std::vector<int64_t>
   std::vector<int64_t> splits;  // empty: equal splits
   at::Tensor flat_out = out.view({-1});
   at::Tensor flat_in = in.view({-1});
+  ++posts_;  // counted before: a post that throws half-way may have reached the peers
   return b->alltoall_base(flat_out, flat_in, splits, splits);
 }
 
@@ -117,12 +121,14 @@ c10::intrusive_ptr<c10d::Work> Communicator::broadcast(const std::vector<int64_t
   c10d::BroadcastOptions opts;
   opts.rootRank = root_index;
   std::vector<at::Tensor> ts = {t};
+  ++posts_;  // counted before: a post that throws half-way may have reached the peers
   return b->broadcast(ts, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> Communicator::send(const std::vector<int64_t>& team, at::Tensor t, int64_t peer) {
   auto b = backend(team, t.device().type());
   std::vector<at::Tensor> ts = {stagesThroughHost(b, t) ? t.cpu() : t};
+  ++posts_;  // counted before: a post that throws half-way may have reached the peers
   return b->send(ts, static_cast<int>(indexIn(team, peer)), 0);
 }
 
@@ -130,10 +136,12 @@ c10::intrusive_ptr<c10d::Work> Communicator::recv(const std::vector<int64_t>& te
   auto b = backend(team, t.device().type());
   if (stagesThroughHost(b, t)) {
     std::vector<at::Tensor> host = {at::empty_like(t, t.options().device(at::kCPU))};
+    ++posts_;
     auto work = b->recv(host, static_cast<int>(indexIn(team, peer)), 0);
     return c10::make_intrusive<StagedRecvWork>(std::move(work), host[0], t);
   }
   std::vector<at::Tensor> ts = {t};
+  ++posts_;  // counted before: a post that throws half-way may have reached the peers
   return b->recv(ts, static_cast<int>(indexIn(team, peer)), 0);
 }
 

@@ -102,8 +102,17 @@ def _shutdown(created_here):
     groups during static destruction aborts). Python's references go first, while the C++
     Communicator still holds the groups, so that the last reference is dropped in C++ without the
     GIL (a Gloo worker may need the GIL to free a Python-owned tensor while it is joined)."""
+    import sys
     import torch.distributed as dist
     global _world_group, _cpu_group
+    # A rank still calling execute learns at once that this one makes no more calls (shared-memory
+    # control transport), and this rank reports a peer already in a call it never joins.
+    try:
+        message = _C._Communicator.instance().farewell()
+    except Exception as e:  # noqa: BLE001  (nothing must stop the exit path)
+        message = f"meshfuser: farewell to the other ranks failed: {e}"
+    if message:
+        print(message, file=sys.stderr, flush=True)
     # meshfuser's own groups are destroyed here, while the interpreter is alive, unless the user
     # destroyed every group already (a group left to static destruction after a timed-out
     # operation aborted the process at exit).
