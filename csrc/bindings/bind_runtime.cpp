@@ -177,7 +177,10 @@ void bindRuntime(py::module& m) {
       .def(py::init<>())
       .def("kernels", [](ProfileRecorder& r) {
         py::list l;
-        for (auto& k : r.kernels()) l.append(py::make_tuple(k.name, k.scheduler, k.bytes_sent, k.bytes_received));
+        r.finish();
+        for (auto& k : r.kernels()) {
+          l.append(py::make_tuple(k.name, k.scheduler, k.bytes_sent, k.bytes_received, k.device_ms, k.host_ms));
+        }
         return l;
       });
   m.def("start_profiling", [](ProfileRecorder* r) { ProfileRecorder::active() = r; }, py::keep_alive<0, 1>());
