@@ -16,6 +16,7 @@
 #include "runtime/profiler.h"
 #include "runtime/trace_range.h"
 #include "support/error.h"
+#include "support/log.h"
 #include "support/options.h"
 
 namespace mf {
@@ -27,14 +28,14 @@ int64_t currentRank(const Communicator& comm) { return comm.initialized() ? comm
 FusionExecutor::FusionExecutor(const Fusion& fusion, int64_t rank, Communicator& comm) : comm_(&comm) {
   fingerprint_ = fingerprint(fusion);
   auto copy = fusion.clone();
-  if (isDumpEnabled(DumpOption::FusionIr)) std::cout << printFusion(*copy);
+  if (isDumpEnabled(DumpOption::FusionIr)) logText("fusion_ir", printFusion(*copy));
   runPipeline(*copy);
   program_ = lowerToHostProgram(std::move(copy), rank);
   multi_rank_ = comm_->initialized() && comm_->size() > 1;
   for (const TensorView* tv : program_->fusion().allTensors()) {
     if (tv->hasMesh() && isSharded(tv)) sharded_tensors_.push_back(tv);
   }
-  if (isDumpEnabled(DumpOption::HostProgram)) std::cout << program_->toString();
+  if (isDumpEnabled(DumpOption::HostProgram)) logText("host_program", program_->toString());
 }
 
 namespace {
@@ -258,8 +259,8 @@ namespace {
 // Fault injection for the fault suite: MESHFUSER_INJECT_FAULT=<where>:<rank> makes that rank raise
 // at `where` ("after_agreement": before the first communication; "at_end": after the last one).
 void injectFault(const char* where, int64_t rank) {
-  const char* v = std::getenv("MESHFUSER_INJECT_FAULT");
-  if (v == nullptr || mf::str(where, ":", rank) != v) return;
+  std::string v = envString("MESHFUSER_INJECT_FAULT");
+  if (v.empty() || mf::str(where, ":", rank) != v) return;
   MF_THROW_USER("execute: fault injected on rank ", rank, " ", where, " (MESHFUSER_INJECT_FAULT)");
 }
 
@@ -340,7 +341,7 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
           TransferBytes b = mf::communicationBytes(c, program_->rank(), bindings);
           comm_steps[inst.index] = ProfiledStep({c.toString(), "communication", b.sent, b.received}, eval_device_);
         }
-        if (isDumpEnabled(DumpOption::Communication)) std::cout << "post " << c.toString() << std::endl;
+        if (isDumpEnabled(DumpOption::Communication)) logText("communication", "post " + c.toString());
         TraceRange range([&] { return communicationRangeName(c, mf::communicationBytes(c, program_->rank(), bindings)); });
         try {
           runCommunication(c, values, bindings, works[inst.index]);
@@ -526,10 +527,9 @@ std::shared_ptr<FusionExecutor> FusionExecutorCache::executorFor(const std::vect
     return last_;
   }
   if (isDumpEnabled(DumpOption::Recompile)) {
-    std::cout << "meshfuser: recompile: "
-              << (executors_.empty() ? std::string("first call of the definition")
-                                     : "new shape class (" + classChange(executors_.front().shape_class, shape_class) + ")")
-              << std::endl;
+    logText("recompile", "recompile: " + (executors_.empty() ? std::string("first call of the definition")
+                                                             : "new shape class (" +
+                                                                   classChange(executors_.front().shape_class, shape_class) + ")"));
   }
   auto executor = std::make_shared<FusionExecutor>(*fusion_, currentRank(*comm_), *comm_);
   ++built_;
