@@ -1,0 +1,78 @@
+"""The torch.compile backend: Dynamo's graph -> AOTAutograd (forward, backward, inference graphs of
+ATen ops) -> each graph partitioned into meshfuser programs and eager ATen nodes.
+
+Graphs whose inputs include DTensors take the global-program path (dtensor_program.py): the graph is
+traced again on plain tensors of the global shapes, and the placements become shardings.
+"""
+import functools
+
+import torch
+import torch.fx as fx
+from torch._decomp import get_decompositions
+from torch._dynamo.backends.common import aot_autograd
+from torch._functorch.aot_autograd import make_boxed_func
+
+from .aten_ops import DECOMPOSE, aten
+from .partition import partition
+
+
+def _is_transpose_2d(node):
+    if not isinstance(node, fx.Node) or node.op != "call_function":
+        return False
+    val = node.meta.get("val")
+    if val is None or val.dim() != 2:
+        return False
+    return node.target is aten.t.default or (node.target is aten.permute.default and list(node.args[1]) in ([1, 0],
+                                                                                                             [-1, 0]))
+
+
+def use_linear(gm: fx.GraphModule):
+    """mm(x, w.t()) -> linear(x, w), addmm(b, x, w.t()) -> linear(x, w, b): the form meshfuser's
+    sharding propagation knows (a weight [out, in]) and that runs as one GEMM call."""
+    graph = gm.graph
+    for node in list(graph.nodes):
+        if node.op != "call_function":
+            continue
+        if node.target is aten.mm.default and _is_transpose_2d(node.args[1]):
+            x, wt = node.args
+            args = (x, wt.args[0])
+        elif node.target is aten.addmm.default and not node.kwargs and _is_transpose_2d(node.args[2]) \
+                and node.args[0].meta.get("val") is not None and node.args[0].meta["val"].dim() == 1:
+            bias, x, wt = node.args
+            args = (x, wt.args[0], bias)
+        else:
+            continue
+        with graph.inserting_before(node):
+            linear = graph.call_function(aten.linear.default, args)
+        linear.meta = dict(node.meta)
+        node.replace_all_uses_with(linear)
+        graph.erase_node(node)
+    graph.eliminate_dead_code()
+    gm.recompile()
+    return gm
+
+
+def _compiler(kind, counter):
+    def compile_graph(gm, example_inputs):
+        counter[kind] = counter.get(kind, 0) + 1
+        title = kind if counter[kind] == 1 else f"{kind}{counter[kind]}"
+        gm = use_linear(gm)
+        gm, _report = partition(gm, title)
+        return make_boxed_func(gm.forward)
+    return compile_graph
+
+
+@functools.lru_cache(maxsize=None)
+def _decompositions():
+    return get_decompositions(DECOMPOSE)
+
+
+def backend(gm: fx.GraphModule, example_inputs):
+    """torch.compile(model, backend="meshfuser") or backend=meshfuser.dynamo.backend."""
+    from .dtensor_program import has_dtensors, compile_dtensor_graph
+    if has_dtensors(gm, example_inputs):
+        return compile_dtensor_graph(gm, example_inputs)
+    counter = {}
+    return aot_autograd(fw_compiler=_compiler("forward", counter), bw_compiler=_compiler("backward", counter),
+                        inference_compiler=_compiler("inference", counter),
+                        decompositions=_decompositions())(gm, example_inputs)
