@@ -6,8 +6,9 @@ Installed meshfuser registers the name through the `torch_dynamo_backends` entry
 this module registers it too (for a source tree on PYTHONPATH). See backend.py for the pipeline.
 """
 from .backend import backend
+from .partition import Report, clear_reports, reports
 
-__all__ = ["backend"]
+__all__ = ["backend", "reports", "clear_reports", "Report"]
 
 
 def _register():

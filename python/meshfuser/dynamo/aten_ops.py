@@ -89,18 +89,32 @@ def _rsub(b, x, y, alpha=1):
     return b.ops.sub(y, b.ops.mul(x, alpha) if alpha != 1 else x)
 
 
-@_op(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar)
+def _pow_check(node):
+    exponent = node.args[1]
+    if node.target is aten.pow.Tensor_Scalar and exponent not in _SMALL_POWERS:
+        return f"pow with the scalar exponent {exponent!r} (meshfuser takes tensor exponents and small integer ones)"
+    if node.target is aten.pow.Scalar:
+        return "pow of a scalar base"
+    return None
+
+
+_SMALL_POWERS = (-2, -1, 0.5, -0.5, 1, 2, 3, 4)
+
+
+@_op(aten.pow.Tensor_Scalar, aten.pow.Tensor_Tensor, aten.pow.Scalar, check=_pow_check)
 def _pow(b, x, y):
-    if isinstance(y, (int, float)) and not isinstance(y, bool):
-        if y == 1:
-            return b.ops.set(x)
-        if y == 2:
-            return b.ops.mul(x, x)
-        if y == 0.5:
-            return b.ops.sqrt(x)
-        if y == -0.5:
-            return b.ops.rsqrt(x)
-    return b.ops.pow(x, y)
+    if not isinstance(y, (int, float)) or isinstance(y, bool):
+        return b.ops.pow(x, y)
+    if y == 0.5:
+        return b.ops.sqrt(x)
+    if y == -0.5:
+        return b.ops.rsqrt(x)
+    result = x
+    for _ in range(int(abs(y)) - 1):
+        result = b.ops.mul(result, x)
+    if y == 1:
+        result = b.ops.set(x)
+    return b.ops.reciprocal(result) if y < 0 else result
 
 
 @_op(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
@@ -425,8 +439,34 @@ def _attention_check(node):
     return None
 
 
+def _repeat_heads(b, kv, heads):
+    """Grouped-query attention: kv [batch, kv_heads, seq, dim] -> [batch, heads, seq, dim], query head
+    j reading kv head j // (heads / kv_heads) (as PyTorch's enable_gqa and HF's repeat_kv)."""
+    batch, kv_heads, seq, dim = b.shape_of(kv)
+    if kv_heads == heads:
+        return kv
+    groups = heads // kv_heads
+    wide = b.ops.broadcast_in_dim(kv, [batch, kv_heads, groups, seq, dim], [0, 1, 3, 4])
+    return b.ops.reshape(wide, [batch, heads, seq, dim])
+
+
+def _four_d(node):
+    return all(a.meta["val"].dim() == 4 for a in node.args[:3])
+
+
+def _attention_check(node):
+    if node.kwargs.get("attn_mask") is not None:
+        return "attention with an explicit mask (meshfuser takes is_causal only)"
+    dropout = node.args[3] if len(node.args) > 3 else node.kwargs.get("dropout_p", 0.0)
+    if dropout:
+        return "attention dropout on CPU"
+    return None if _four_d(node) else "attention on tensors that are not [batch, heads, seq, dim]"
+
+
 @_op(aten._scaled_dot_product_flash_attention_for_cpu.default, check=_attention_check)
 def _attention_cpu(b, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
+    heads = b.shape_of(q)[1]
+    k, v = _repeat_heads(b, k, heads), _repeat_heads(b, v, heads)
     out, lse, _seed, _offset = b.ops.sdpfa_fwd(q, k, v, dropout_p, is_causal, scale)
     return [out, lse]
 
@@ -434,11 +474,39 @@ def _attention_cpu(b, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None
 def _attention_bwd_check(node):
     if node.kwargs.get("attn_mask") is not None:
         return "attention with an explicit mask (meshfuser takes is_causal only)"
-    return "attention dropout on CPU" if node.args[6] else None
+    if node.args[6]:
+        return "attention dropout on CPU"
+    return None if all(a.meta["val"].dim() == 4 for a in node.args[:4]) else \
+        "attention on tensors that are not [batch, heads, seq, dim]"
 
 
 @_op(aten._scaled_dot_product_flash_attention_for_cpu_backward.default, check=_attention_bwd_check)
 def _attention_cpu_bwd(b, grad, q, k, v, out, lse, dropout_p, is_causal, *, attn_mask=None, scale=None):
-    seed = b.constant_input(torch.zeros((), dtype=torch.int64))
-    offset = b.constant_input(torch.zeros((), dtype=torch.int64))
-    return list(b.ops.sdpfa_bwd(grad, q, k, v, out, lse, dropout_p, is_causal, seed, offset, scale))
+    seed = b.constant_input(torch.zeros((), dtype=torch.int64, device=b.device))
+    offset = b.constant_input(torch.zeros((), dtype=torch.int64, device=b.device))
+    heads, kv_heads = b.shape_of(q)[1], b.shape_of(k)[1]
+    k_wide, v_wide = _repeat_heads(b, k, heads), _repeat_heads(b, v, heads)
+    gq, gk, gv = b.ops.sdpfa_bwd(grad, q, k_wide, v_wide, out, lse, dropout_p, is_causal, seed, offset, scale)
+    if kv_heads == heads:
+        return [gq, gk, gv]
+    wide = list(b.shape_of(q))
+    return [gq] + [b.ops.sum(b.ops.reshape(g, [wide[0], kv_heads, heads // kv_heads] + wide[2:]), [2])
+                   for g in (gk, gv)]
+
+
+# -- constants ---------------------------------------------------------------------------------------
+# A tensor made from constants (a 0-d scalar tensor, a filled mask) is made once, when the program
+# is built, and fed to it as an input at every call. Alone in a partition they stay on ATen.
+
+def _full_check(node):
+    val = node.meta.get("val")
+    return None if val is not None and val.numel() <= 1 << 16 else "a large constant tensor (made on ATen)"
+
+
+@_op(aten.scalar_tensor.default, aten.full.default, aten.zeros.default, aten.ones.default, check=_full_check,
+     view=True)
+def _constant(b, *args, **kwargs):
+    value = {aten.zeros.default: 0, aten.ones.default: 1}.get(b.node.target)
+    if value is None:
+        value = args[0] if b.node.target is aten.scalar_tensor.default else args[1]
+    return b.constant_input(torch.full(b.out_shape, value, dtype=b.out_dtype, device=b.device))

@@ -9,6 +9,7 @@ TensorViews this importer records per node (`values`).
 """
 import torch
 import torch.fx as fx
+from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from .. import _C
 from ..fusion_definition import FusionDefinition, TensorView
@@ -46,7 +47,7 @@ class GraphImporter:
         return self._dtypes[tv]
 
     def constant_input(self, tensor):
-        """A fusion input fed with `tensor` (moved to the inputs' device) at every call."""
+        """A fusion input fed with `tensor` at every call."""
         tv = self.fd.define_tensor(list(tensor.shape), dtype=DTYPES[tensor.dtype])
         self._record(tv, tensor)
         self.constants.append(tensor)
@@ -58,18 +59,31 @@ class GraphImporter:
 
     # -- building -------------------------------------------------------------------------------
     def _build(self):
+        # Placeholders first: constant inputs (made while translating) come after every one of them.
         for node in self.gm.graph.nodes:
             if node.op == "placeholder":
                 val = node_val(node)
                 tv = self.fd.define_tensor([int(s) for s in val.shape], dtype=DTYPES[val.dtype])
                 self._record(tv, val)
                 self.values[node] = tv
-            elif node.op == "call_function":
+        for node in self.gm.graph.nodes:
+            if node.op == "placeholder":
+                continue
+            if node.op == "call_function":
                 self.values[node] = self._translate(node)
             elif node.op == "output":
                 self._outputs(node.args[0])
             else:
                 raise _C.InternalError(f"meshfuser.dynamo: unexpected {node.op} node {node.name} in a partition")
+
+    @staticmethod
+    def _device(node, val):
+        for v in [val] + [node_val(a) for a in node.all_input_nodes]:
+            if isinstance(v, torch.Tensor):
+                return v.device
+            if isinstance(v, (list, tuple)) and v and isinstance(v[0], torch.Tensor):
+                return v[0].device
+        return torch.device("cpu")
 
     def _arg(self, a):
         if isinstance(a, fx.Node):
@@ -84,6 +98,7 @@ class GraphImporter:
         is_tensor = isinstance(val, torch.Tensor)
         self.out_shape = [int(s) for s in val.shape] if is_tensor else None
         self.out_dtype = val.dtype if is_tensor else None
+        self.device = self._device(node, val)
         args = [self._arg(a) for a in node.args]
         kwargs = {k: self._arg(v) for k, v in node.kwargs.items()}
         result = TABLE[node.target](self, *args, **kwargs)
@@ -125,21 +140,15 @@ class MeshfuserProgram(torch.nn.Module):
 
     def __init__(self, gm: fx.GraphModule, name):
         super().__init__()
-        self.importer = GraphImporter(gm, name)
+        # Built inside the compiler, where AOTAutograd's fake mode is active: constants made while
+        # translating must be real tensors.
+        with unset_fake_temporarily():
+            self.importer = GraphImporter(gm, name)
         self.fd = self.importer.fd
         self.name = name
-        self._constants = {}
-
-    def _constants_on(self, device):
-        c = self._constants.get(device)
-        if c is None:
-            c = self._constants[device] = [t.to(device) for t in self.importer.constants]
-        return c
 
     def forward(self, *args):
-        inputs = list(args)
-        if self.importer.constants:
-            inputs += self._constants_on(args[0].device if args else torch.device("cpu"))
+        inputs = list(args) + self.importer.constants
         outputs = self.fd.execute(inputs)
         picked = [outputs[i] for i in self.importer.output_nodes]
         return picked[0] if self.importer.single_output else tuple(picked)

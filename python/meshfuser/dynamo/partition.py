@@ -68,14 +68,14 @@ def why_unsupported(node):
 class _Support(OperatorSupport):
     def __init__(self):
         super().__init__()
-        self.reasons = {}
+        self.reasons = {}  # node name -> why it runs on ATen
 
     def is_node_supported(self, submodules, node):
         if node.op != "call_function":
             return False
         reason = why_unsupported(node)
         if reason is not None:
-            self.reasons[node] = reason
+            self.reasons[node.name] = reason
         return reason is None
 
 
@@ -98,6 +98,18 @@ class Report:
         return "\n".join(lines)
 
 
+_REPORTS = collections.deque(maxlen=256)
+
+
+def reports():
+    """The reports of the graphs compiled in this process, oldest first (at most 256 kept)."""
+    return list(_REPORTS)
+
+
+def clear_reports():
+    _REPORTS.clear()
+
+
 def dump_enabled():
     return "partitions" in os.environ.get("MESHFUSER_DUMP", "").split(",")
 
@@ -113,13 +125,13 @@ def partition(gm: fx.GraphModule, title):
         nodes = list(p.nodes)
         if all(n.target in VIEW_OPS for n in nodes):
             for n in nodes:
-                support.reasons[n] = "a partition of views only (ATen views copy nothing)"
+                support.reasons[n.name] = "a partition of views only (ATen views copy nothing)"
             continue
         kept.append(p)
     fused = partitioner.fuse_partitions(kept)
     for node in fused.graph.nodes:
         if node.op == "call_function" and node.target is not operator.getitem:
-            report.eager.append((node.name, _op_name(node), support.reasons.get(node, why_unsupported(node))))
+            report.eager.append((node.name, _op_name(node), support.reasons.get(node.name) or why_unsupported(node)))
     for node in list(fused.graph.nodes):
         if node.op != "call_module":
             continue
@@ -130,6 +142,7 @@ def partition(gm: fx.GraphModule, title):
         setattr(fused, node.target, MeshfuserProgram(sub, name))
         report.partitions.append((name, ops))
     fused.recompile()
+    _REPORTS.append(report)
     if dump_enabled():
         print(report, file=sys.stderr, flush=True)
     return fused, report
