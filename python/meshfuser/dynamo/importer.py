@@ -23,10 +23,12 @@ def node_val(node):
 class GraphImporter:
     """Builds the definition; translations (aten_ops) call back into it through `b`."""
 
-    def __init__(self, gm: fx.GraphModule, name="meshfuser"):
+    def __init__(self, gm: fx.GraphModule, name="meshfuser", fd=None):
+        """Builds into `fd` when given (a definition being built, as meshfuser.dtensor.compile
+        hands one to its define function), else into a new FusionDefinition."""
         self.gm = gm
         self.name = name
-        self.fd = FusionDefinition()
+        self.fd = fd if fd is not None else FusionDefinition()
         self.ops = self.fd.ops
         self.values = {}            # fx.Node -> TensorView (or list of them)
         self.constants = []         # tensors appended to the inputs at every call (constant_input)
@@ -36,6 +38,9 @@ class GraphImporter:
         self.out_shape = None
         self.out_dtype = None
         self.output_nodes = []
+        if fd is not None:
+            self._build()
+            return
         with self.fd:
             self._build()
 
@@ -136,20 +141,48 @@ class GraphImporter:
 
 class MeshfuserProgram(torch.nn.Module):
     """A partition run by meshfuser: called with the partition's inputs, returns its outputs as the
-    fx submodule did (one value, or a tuple)."""
+    fx submodule did (one value, or a tuple).
 
-    def __init__(self, gm: fx.GraphModule, name):
+    With `mesh` (a torch DeviceMesh: the partition belongs to a DTensor program) the inputs are
+    DTensors of the global program, and the definition is built per placements of the inputs by
+    meshfuser.dtensor.compile (the shardings of the inputs come from their placements, annotations
+    inside from `meshfuser::annotate`); constants are replicated on `mesh`."""
+
+    def __init__(self, gm: fx.GraphModule, name, mesh=None):
         super().__init__()
+        self.name = name
+        self.mesh = mesh
+        self._gm = gm
         # Built inside the compiler, where AOTAutograd's fake mode is active: constants made while
-        # translating must be real tensors.
+        # translating must be real tensors. Built once here in any case: translation errors show at
+        # compile time, and the constants and output order are known.
         with unset_fake_temporarily():
             self.importer = GraphImporter(gm, name)
         self.fd = self.importer.fd
-        self.name = name
+        self._constants = self.importer.constants
+        if mesh is not None:
+            from ..dtensor import CompiledFunction
+            from torch.distributed.tensor import DTensor, Replicate
+            self._constants = [DTensor.from_local(c, mesh, [Replicate()] * mesh.ndim, run_check=False)
+                               for c in self._constants]
+            self._compiled = CompiledFunction(self._define)
+            self._compiled.__name__ = name
+
+    def _define(self, fd):
+        with unset_fake_temporarily():
+            self.last_importer = GraphImporter(self._gm, self.name, fd=fd)
+
+    def definitions(self):
+        """The FusionDefinitions this partition ran (one, or one per placements of DTensor inputs)."""
+        return [self.fd] if self.mesh is None else self._compiled.definitions()
 
     def forward(self, *args):
-        inputs = list(args) + self.importer.constants
-        outputs = self.fd.execute(inputs)
+        inputs = list(args) + self._constants
+        if self.mesh is None:
+            outputs = self.fd.execute(inputs)
+        else:
+            outputs = self._compiled(*inputs)
+            outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
         picked = [outputs[i] for i in self.importer.output_nodes]
         return picked[0] if self.importer.single_output else tuple(picked)
 

@@ -114,8 +114,10 @@ def dump_enabled():
     return "partitions" in os.environ.get("MESHFUSER_DUMP", "").split(",")
 
 
-def partition(gm: fx.GraphModule, title):
-    """Replaces supported parts of gm by MeshfuserProgram submodules; returns (gm, report)."""
+def partition(gm: fx.GraphModule, title, mesh=None):
+    """Replaces supported parts of gm by MeshfuserProgram submodules; returns (gm, report). With
+    `mesh` (a torch DeviceMesh) gm is a global program run on DTensors: the programs take DTensors,
+    and placement annotations left on ATen become DTensor redistributions."""
     support = _Support()
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     proposed = partitioner.propose_partitions()
@@ -139,8 +141,13 @@ def partition(gm: fx.GraphModule, title):
         ops = collections.Counter(_op_name(n) for n in sub.graph.nodes if n.op == "call_function"
                                   and n.target is not operator.getitem)
         name = f"{title}.{node.target}"
-        setattr(fused, node.target, MeshfuserProgram(sub, name))
+        setattr(fused, node.target, MeshfuserProgram(sub, name, mesh))
         report.partitions.append((name, ops))
+    if mesh is not None:
+        from .placements import ANNOTATE, redistribute
+        for node in fused.graph.nodes:
+            if node.op == "call_function" and node.target is ANNOTATE:
+                node.target = redistribute
     fused.recompile()
     _REPORTS.append(report)
     if dump_enabled():
