@@ -182,9 +182,17 @@ def _copy(b, x, **kwargs):
 
 @_op(aten.view.default, aten._unsafe_view.default, aten.reshape.default, view=True)
 def _reshape(b, x, shape):
-    if list(b.shape_of(x)) == b.out_shape:
+    in_shape, out_shape = list(b.shape_of(x)), b.out_shape
+    if in_shape == out_shape:
         return x
-    return b.ops.reshape(x, b.out_shape)
+    if [s for s in in_shape if s != 1] == [s for s in out_shape if s != 1]:
+        # Only axes of extent 1 come or go: a squeeze and a broadcast, which keep the other axes'
+        # shardings (a reshape merging or splitting axes may have to gather them).
+        ones = [d for d, s in enumerate(in_shape) if s == 1]
+        x = b.ops.squeeze(x, ones) if ones else x
+        kept = [d for d, s in enumerate(out_shape) if s != 1]
+        return b.ops.broadcast_in_dim(x, out_shape, kept) if len(kept) != len(out_shape) else x
+    return b.ops.reshape(x, out_shape)
 
 
 @_op(aten.permute.default, view=True)

@@ -86,6 +86,7 @@ class Report:
         self.title = title
         self.partitions = []   # (name, Counter of op names)
         self.eager = []        # (node name, op name, reason)
+        self.programs = []     # the MeshfuserPrograms, in partition order (their definitions, host programs)
 
     def __str__(self):
         lines = [f"[meshfuser partitions] {self.title}: {len(self.partitions)} meshfuser partition(s), "
@@ -141,8 +142,10 @@ def partition(gm: fx.GraphModule, title, mesh=None):
         ops = collections.Counter(_op_name(n) for n in sub.graph.nodes if n.op == "call_function"
                                   and n.target is not operator.getitem)
         name = f"{title}.{node.target}"
-        setattr(fused, node.target, MeshfuserProgram(sub, name, mesh))
+        program = MeshfuserProgram(sub, name, mesh)
+        setattr(fused, node.target, program)
         report.partitions.append((name, ops))
+        report.programs.append(program)
     if mesh is not None:
         from .placements import ANNOTATE, redistribute
         for node in fused.graph.nodes:
