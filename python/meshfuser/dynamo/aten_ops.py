@@ -503,18 +503,32 @@ def _attention_cpu_bwd(b, grad, q, k, v, out, lse, dropout_p, is_causal, *, attn
 
 
 # -- constants ---------------------------------------------------------------------------------------
-# A tensor made from constants (a 0-d scalar tensor, a filled mask) is made once, when the program
-# is built, and fed to it as an input at every call. Alone in a partition they stay on ATen.
+# A tensor filled with one value (a scalar tensor, zeros, a full_like) is a 0-d constant made once,
+# when the program is built, fed to it as an input and broadcast to the shape. Alone in a partition
+# they stay on ATen.
 
-def _full_check(node):
+_FILLED = {
+    aten.scalar_tensor.default: lambda args: args[0], aten.full.default: lambda args: args[1],
+    aten.zeros.default: lambda args: 0, aten.ones.default: lambda args: 1,
+    aten.zeros_like.default: lambda args: 0, aten.ones_like.default: lambda args: 1,
+    aten.empty_like.default: lambda args: 0, aten.full_like.default: lambda args: args[1],
+    aten.new_zeros.default: lambda args: 0, aten.new_ones.default: lambda args: 1,
+    aten.new_empty.default: lambda args: 0, aten.new_full.default: lambda args: args[2],
+    aten.fill.Scalar: lambda args: args[1],
+}
+
+
+def _filled_check(node):
     val = node.meta.get("val")
-    return None if val is not None and val.numel() <= 1 << 16 else "a large constant tensor (made on ATen)"
+    if not isinstance(val, torch.Tensor) or val.layout != torch.strided:
+        return "not a strided tensor"
+    return None
 
 
-@_op(aten.scalar_tensor.default, aten.full.default, aten.zeros.default, aten.ones.default, check=_full_check,
-     view=True)
-def _constant(b, *args, **kwargs):
-    value = {aten.zeros.default: 0, aten.ones.default: 1}.get(b.node.target)
-    if value is None:
-        value = args[0] if b.node.target is aten.scalar_tensor.default else args[1]
-    return b.constant_input(torch.full(b.out_shape, value, dtype=b.out_dtype, device=b.device))
+@_op(*_FILLED, check=_filled_check, view=True)
+def _filled(b, *args, **kwargs):
+    value = _FILLED[b.node.target](args)
+    scalar = b.constant_input(torch.tensor(value, dtype=b.out_dtype, device=b.device))
+    if not b.out_shape:
+        return scalar
+    return b.ops.broadcast_in_dim(scalar, b.out_shape, [])

@@ -25,7 +25,7 @@ from torch._functorch.aot_autograd import aot_export_joint_simple
 from torch._functorch.partitioners import default_partition
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.distributed.device_mesh import DeviceMesh as TorchMesh
-from torch.distributed.tensor import DTensor, Replicate
+from torch.distributed.tensor import DTensor, Partial, Replicate
 
 from .. import _C
 from ..dtensor import _schedule_input
@@ -37,7 +37,7 @@ from .partition import partition
 from .placements import ANNOTATE, gradient_placements, normalized, spec, spec_id
 
 
-def _annotate(b, x, spec_index):
+def _annotate(b, x, spec_index, grad_spec=-1):
     """The translation of meshfuser::annotate: a set whose output has the placements."""
     torch_mesh, placements = spec(spec_index)
     y = b.ops.set(x)
@@ -94,9 +94,9 @@ class GlobalProgram:
                     f"{type(ex).__name__}; meshfuser takes DTensor graphs with static shapes (use "
                     f"torch.compile(..., dynamic=False))")
         out = next(n for n in gm.graph.nodes if n.op == "output")
-        returns_dtensor = [isinstance(node_val(o), DTensor) if isinstance(o, fx.Node) else False for o in out.args[0]]
+        returned = [node_val(o) if isinstance(o, fx.Node) else None for o in out.args[0]]
         self._rewrite(placeholders, meshes)
-        self.outputs = self._output_kinds(returns_dtensor)
+        self.outputs = self._output_kinds(returned)
 
     def _use_mesh(self, mesh):
         if self.mesh is None:
@@ -127,15 +127,16 @@ class GlobalProgram:
                     self.local_specs[i] = (mesh, placements)
                     node.replace_all_uses_with(x)
                 else:
-                    self._replace(node, x, mesh, placements)
+                    self._replace(node, x, mesh, placements, placements)
             elif _is_dtensor_call(node, "to_local"):
                 val = node_val(node.args[0])
-                self._replace(node, node.args[0], val.device_mesh, normalized(val.placements, val.ndim))
+                placements = normalized(val.placements, val.ndim)
+                self._replace(node, node.args[0], val.device_mesh, placements, placements)
             elif _is_dtensor_call(node, "redistribute") or _is_dtensor_call(node, "full_tensor"):
-                val = node_val(node)
+                val, before = node_val(node), node_val(node.args[0])
                 placements = normalized(val.placements, val.ndim) if isinstance(val, DTensor) else \
                     (Replicate(),) * self.mesh.ndim
-                self._replace(node, node.args[0], self.mesh, placements)
+                self._replace(node, node.args[0], self.mesh, placements, normalized(before.placements, before.ndim))
         for node in reversed(list(graph.nodes)):
             if node.op not in ("placeholder", "output") and not node.users:
                 graph.erase_node(node)
@@ -152,26 +153,31 @@ class GlobalProgram:
             raise _C.InternalError("a DTensor graph without a mesh")
         self.gm.recompile()
 
-    def _replace(self, node, x, mesh, placements):
+    def _replace(self, node, x, mesh, placements, grad_placements):
+        """node (a from_local, to_local or redistribute of x) -> annotate(x, placements), its gradient
+        annotated with grad_placements (none where they are Partial: any sharding will do)."""
         self._use_mesh(mesh)
         spec_index = spec_id(self.mesh, placements)
+        grad_spec = -1 if any(isinstance(p, Partial) for p in grad_placements) else \
+            spec_id(self.mesh, gradient_placements(grad_placements))
         if isinstance(x, fx.Node) and x.target is ANNOTATE and x.args[1] == spec_index:
             node.replace_all_uses_with(x)  # to_local after a redistribute to the same placements
             self.gm.graph.erase_node(node)
             return
         with self.gm.graph.inserting_before(node):
-            new = self.gm.graph.call_function(ANNOTATE, (x, spec_index))
+            new = self.gm.graph.call_function(ANNOTATE, (x, spec_index, grad_spec))
         new.meta = dict(node.meta)
         node.replace_all_uses_with(new)
         self.gm.graph.erase_node(node)
 
-    def _output_kinds(self, returns_dtensor):
+    def _output_kinds(self, returned):
         """Per graph output: ("dtensor", placements, shape) for a DTensor the graph returned,
         ("local", placements, local shape) for a to_local, ("plain", None, local shape) for other
         tensors computed from local ones."""
         out = next(n for n in self.gm.graph.nodes if n.op == "output")
         kinds = []
-        for o, is_dtensor in zip(out.args[0], returns_dtensor):
+        for o, original in zip(out.args[0], returned):
+            is_dtensor = isinstance(original, DTensor)
             val = node_val(o) if isinstance(o, fx.Node) else None
             if isinstance(o, fx.Node) and o.target is ANNOTATE:
                 placements = spec(o.args[1])[1]
@@ -180,7 +186,7 @@ class GlobalProgram:
             else:
                 placements = None
             kinds.append(("dtensor" if is_dtensor else "local" if placements else "plain", placements,
-                          None if is_dtensor or val is None else tuple(val.shape)))
+                          tuple(original.shape) if isinstance(original, torch.Tensor) and not is_dtensor else None))
         return kinds
 
     # -- compiling ------------------------------------------------------------------------------

@@ -181,7 +181,8 @@ class MeshfuserProgram(torch.nn.Module):
         if self.mesh is None:
             outputs = self.fd.execute(inputs)
         else:
-            outputs = self._compiled(*inputs)
+            from .placements import replicated
+            outputs = self._compiled(*[replicated(x, self.mesh) for x in inputs])
             outputs = list(outputs) if isinstance(outputs, tuple) else [outputs]
         picked = [outputs[i] for i in self.importer.output_nodes]
         return picked[0] if self.importer.single_output else tuple(picked)

@@ -147,10 +147,12 @@ def partition(gm: fx.GraphModule, title, mesh=None):
         report.partitions.append((name, ops))
         report.programs.append(program)
     if mesh is not None:
-        from .placements import ANNOTATE, redistribute
+        from .placements import ANNOTATE, on_dtensors, redistribute
         for node in fused.graph.nodes:
             if node.op == "call_function" and node.target is ANNOTATE:
                 node.target = redistribute
+            elif node.op == "call_function" and node.target is not operator.getitem:
+                node.target = on_dtensors(node.target, mesh)
     fused.recompile()
     _REPORTS.append(report)
     if dump_enabled():
