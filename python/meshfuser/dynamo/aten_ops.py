@@ -405,7 +405,7 @@ def _var(b, x, dim=None, *, correction=None, keepdim=False):
     return b.ops.var_mean(x, _dims(b, x, dim), _correction(correction), keepdim)[0]
 
 
-# -- contractions, lookups, attention ---------------------------------------------------------------
+# -- contractions, lookups (attention: attention.py) ---------------------------------------------------------------
 
 @_op(aten.mm.default, aten.bmm.default, aten.matmul.default)
 def _matmul(b, x, y):
@@ -445,61 +445,6 @@ def _attention_check(node):
     if dropout:
         return "attention dropout on CPU"
     return None
-
-
-def _repeat_heads(b, kv, heads):
-    """Grouped-query attention: kv [batch, kv_heads, seq, dim] -> [batch, heads, seq, dim], query head
-    j reading kv head j // (heads / kv_heads) (as PyTorch's enable_gqa and HF's repeat_kv)."""
-    batch, kv_heads, seq, dim = b.shape_of(kv)
-    if kv_heads == heads:
-        return kv
-    groups = heads // kv_heads
-    wide = b.ops.broadcast_in_dim(kv, [batch, kv_heads, groups, seq, dim], [0, 1, 3, 4])
-    return b.ops.reshape(wide, [batch, heads, seq, dim])
-
-
-def _four_d(node):
-    return all(a.meta["val"].dim() == 4 for a in node.args[:3])
-
-
-def _attention_check(node):
-    if node.kwargs.get("attn_mask") is not None:
-        return "attention with an explicit mask (meshfuser takes is_causal only)"
-    dropout = node.args[3] if len(node.args) > 3 else node.kwargs.get("dropout_p", 0.0)
-    if dropout:
-        return "attention dropout on CPU"
-    return None if _four_d(node) else "attention on tensors that are not [batch, heads, seq, dim]"
-
-
-@_op(aten._scaled_dot_product_flash_attention_for_cpu.default, check=_attention_check)
-def _attention_cpu(b, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
-    heads = b.shape_of(q)[1]
-    k, v = _repeat_heads(b, k, heads), _repeat_heads(b, v, heads)
-    out, lse, _seed, _offset = b.ops.sdpfa_fwd(q, k, v, dropout_p, is_causal, scale)
-    return [out, lse]
-
-
-def _attention_bwd_check(node):
-    if node.kwargs.get("attn_mask") is not None:
-        return "attention with an explicit mask (meshfuser takes is_causal only)"
-    if node.args[6]:
-        return "attention dropout on CPU"
-    return None if all(a.meta["val"].dim() == 4 for a in node.args[:4]) else \
-        "attention on tensors that are not [batch, heads, seq, dim]"
-
-
-@_op(aten._scaled_dot_product_flash_attention_for_cpu_backward.default, check=_attention_bwd_check)
-def _attention_cpu_bwd(b, grad, q, k, v, out, lse, dropout_p, is_causal, *, attn_mask=None, scale=None):
-    seed = b.constant_input(torch.zeros((), dtype=torch.int64, device=b.device))
-    offset = b.constant_input(torch.zeros((), dtype=torch.int64, device=b.device))
-    heads, kv_heads = b.shape_of(q)[1], b.shape_of(k)[1]
-    k_wide, v_wide = _repeat_heads(b, k, heads), _repeat_heads(b, v, heads)
-    gq, gk, gv = b.ops.sdpfa_bwd(grad, q, k_wide, v_wide, out, lse, dropout_p, is_causal, seed, offset, scale)
-    if kv_heads == heads:
-        return [gq, gk, gv]
-    wide = list(b.shape_of(q))
-    return [gq] + [b.ops.sum(b.ops.reshape(g, [wide[0], kv_heads, heads // kv_heads] + wide[2:]), [2])
-                   for g in (gk, gv)]
 
 
 # -- constants ---------------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from torch._dynamo.backends.common import aot_autograd
 from torch._functorch.aot_autograd import make_boxed_func
 
 from .aten_ops import DECOMPOSE, aten
+from .attention import flash_first, prepare_attention
 from .partition import partition
 
 
@@ -94,7 +95,7 @@ def _compiler(kind, counter):
     def compile_graph(gm, example_inputs):
         counter[kind] = counter.get(kind, 0) + 1
         title = kind if counter[kind] == 1 else f"{kind}{counter[kind]}"
-        gm = use_linear(gm)
+        gm = use_linear(prepare_attention(gm))
         gm, _report = partition(gm, title)
         return make_boxed_func(gm.forward)
     return compile_graph
@@ -111,6 +112,7 @@ def backend(gm: fx.GraphModule, example_inputs):
     if has_dtensors(gm, example_inputs):
         return compile_dtensor_graph(gm, example_inputs)
     counter = {}
-    return aot_autograd(fw_compiler=_compiler("forward", counter), bw_compiler=_compiler("backward", counter),
-                        inference_compiler=_compiler("inference", counter),
-                        decompositions=_decompositions())(gm, example_inputs)
+    with flash_first():
+        return aot_autograd(fw_compiler=_compiler("forward", counter), bw_compiler=_compiler("backward", counter),
+                            inference_compiler=_compiler("inference", counter),
+                            decompositions=_decompositions())(gm, example_inputs)

@@ -31,6 +31,7 @@ from .. import _C
 from ..dtensor import _schedule_input
 from ..mesh import DeviceMesh
 from .aten_ops import TABLE
+from .attention import flash_first, prepare_attention
 from .backend import _decompositions, use_linear
 from .importer import node_val
 from .partition import partition
@@ -209,9 +210,11 @@ class GlobalProgram:
         decompositions = _decompositions()
         n_out = len(self.outputs)
         if not needs_grad:
-            graph = aot_export_joint_simple(self.gm, fakes, trace_joint=False, decompositions=decompositions)
-            return partition(use_linear(graph), "inference", self.mesh)[0], None, None
-        joint = aot_export_joint_simple(self.gm, fakes, trace_joint=True, decompositions=decompositions)
+            with flash_first():
+                graph = aot_export_joint_simple(self.gm, fakes, trace_joint=False, decompositions=decompositions)
+            return partition(_prepare(graph), "inference", self.mesh)[0], None, None
+        with flash_first():
+            joint = aot_export_joint_simple(self.gm, fakes, trace_joint=True, decompositions=decompositions)
         fw, bw = default_partition(joint, fakes, num_fwd_outputs=n_out)
         tangents = [n for n in bw.graph.nodes if n.op == "placeholder" and n.name.startswith("tangents")]
         with fake_tensor_mode_of(fakes):
@@ -220,8 +223,8 @@ class GlobalProgram:
         if sum(differentiable) != len(tangents):
             raise _C.InternalError(f"meshfuser.dynamo: {len(tangents)} tangents for {sum(differentiable)} "
                                    "differentiable outputs")
-        forward = partition(use_linear(fw), "forward", self.mesh)[0]
-        backward = partition(use_linear(bw), "backward", self.mesh)[0]
+        forward = partition(_prepare(fw), "forward", self.mesh)[0]
+        backward = partition(_prepare(bw), "backward", self.mesh)[0]
         return forward, backward, differentiable
 
     # -- running --------------------------------------------------------------------------------
@@ -267,6 +270,10 @@ class GlobalProgram:
                 f"the local shape {tuple(local.shape)} in meshfuser's global program but {shape} in eager; "
                 f"return the DTensor, or call to_local() last")
         return local
+
+
+def _prepare(gm):
+    return use_linear(prepare_attention(gm))
 
 
 def fake_tensor_mode_of(fakes):
