@@ -210,3 +210,23 @@ def test_partition_report_is_readable():
         "  forward.fused_0: 3 ops: add.Tensor x2, linear",
         "  ATen cumsum (cumsum): no meshfuser op for it",
     ]
+
+
+def test_new_sizes_compile_once_each():
+    """After a second size Dynamo traces with symbolic shapes; meshfuser compiles that graph once per
+    set of sizes, and a size seen before reuses its programs."""
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16))
+    compiled = torch.compile(mlp, backend="meshfuser")
+    for rows in (4, 6, 9, 6):
+        x = torch.randn(rows, 16, requires_grad=True)
+        out = compiled(x)
+        out.sum().backward()
+        grad, x.grad = x.grad, None
+        expected = mlp(x)
+        expected.sum().backward()
+        torch.testing.assert_close(out, expected)
+        torch.testing.assert_close(grad, x.grad)
+    titles = [r.title for r in meshfuser.dynamo.reports()]
+    assert titles == ["forward", "backward"] * 3  # sizes 4, 6 and 9; 6 again compiles nothing
+    assert all(not r.eager for r in meshfuser.dynamo.reports())
