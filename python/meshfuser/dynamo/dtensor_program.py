@@ -74,10 +74,10 @@ class GlobalProgram:
         graph = fx.Graph()
         graph.output(graph.graph_copy(gm.graph, {}))
         gm = self.gm = fx.GraphModule(gm, graph)
-        self.kinds = []        # per placeholder: "dtensor", "local", "plain" or "mesh"
+        self.kinds = []        # per placeholder: "dtensor", "local", "plain", "scalar" or "mesh"
         self.local_specs = {}  # placeholder index -> (mesh, placements) of a plain input made DTensor
         self.mesh = None
-        self._compiled = {}    # grad mode -> (forward, backward, outputs info)
+        self._compiled = {}    # (grad mode, input shapes, scalars) -> (forward, backward, differentiable)
         placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
         meshes = {}
         for i, (node, ex) in enumerate(zip(placeholders, example_inputs)):
@@ -89,11 +89,12 @@ class GlobalProgram:
                 self.kinds.append("dtensor")
             elif isinstance(ex, torch.Tensor):
                 self.kinds.append("plain")
+            elif isinstance(ex, (int, float, bool, torch.SymInt, torch.SymFloat, torch.SymBool)):
+                self.kinds.append("scalar")  # a size Dynamo made symbolic: its value specializes the program
             else:
                 raise _C.ArgumentError(
                     f"torch.compile(backend='meshfuser'): input {i} ({node.name}) of a DTensor graph is a "
-                    f"{type(ex).__name__}; meshfuser takes DTensor graphs with static shapes (use "
-                    f"torch.compile(..., dynamic=False))")
+                    f"{type(ex).__name__}; meshfuser takes tensors, DTensors, numbers and the DeviceMesh")
         out = next(n for n in gm.graph.nodes if n.op == "output")
         returned = [node_val(o) if isinstance(o, fx.Node) else None for o in out.args[0]]
         self._rewrite(placeholders, meshes)
@@ -203,22 +204,38 @@ class GlobalProgram:
         return fakes
 
     def _kinds_in_graph(self):
-        return [k for k in self.kinds if k != "mesh"]
+        return [k for k in self.kinds if k not in ("mesh", "scalar")]
 
-    def _compile(self, args, needs_grad):
+    def _specialized(self, scalars):
+        """The global program with the scalar inputs (sizes Dynamo made symbolic) replaced by values."""
+        if not scalars:
+            return self.gm
+        graph = fx.Graph()
+        graph.output(graph.graph_copy(self.gm.graph, {}))
+        placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+        kinds = [k for k in self.kinds if k != "mesh"]
+        values = iter(scalars)
+        for node, kind in zip(placeholders, kinds):
+            if kind == "scalar":
+                node.replace_all_uses_with(next(values))
+                graph.erase_node(node)
+        return fx.GraphModule(self.gm, graph)
+
+    def _compile(self, args, scalars, needs_grad):
         fakes = self._global_inputs(args)
+        program = self._specialized(scalars)
         decompositions = _decompositions()
         n_out = len(self.outputs)
         if not needs_grad:
             with flash_first():
-                graph = aot_export_joint_simple(self.gm, fakes, trace_joint=False, decompositions=decompositions)
+                graph = aot_export_joint_simple(program, fakes, trace_joint=False, decompositions=decompositions)
             return partition(_prepare(graph), "inference", self.mesh)[0], None, None
         with flash_first():
-            joint = aot_export_joint_simple(self.gm, fakes, trace_joint=True, decompositions=decompositions)
+            joint = aot_export_joint_simple(program, fakes, trace_joint=True, decompositions=decompositions)
         fw, bw = default_partition(joint, fakes, num_fwd_outputs=n_out)
         tangents = [n for n in bw.graph.nodes if n.op == "placeholder" and n.name.startswith("tangents")]
         with fake_tensor_mode_of(fakes):
-            traced = self.gm(*fakes)
+            traced = program(*fakes)
         differentiable = [isinstance(t, torch.Tensor) and t.requires_grad for t in traced]
         if sum(differentiable) != len(tangents):
             raise _C.InternalError(f"meshfuser.dynamo: {len(tangents)} tangents for {sum(differentiable)} "
@@ -229,9 +246,12 @@ class GlobalProgram:
 
     # -- running --------------------------------------------------------------------------------
     def _dtensor_inputs(self, args):
-        inputs = []
+        inputs, scalars = [], []
         for i, (kind, a) in enumerate(zip(self.kinds, args)):
             if kind == "mesh":
+                continue
+            if kind == "scalar":
+                scalars.append(a)
                 continue
             if kind == "local":
                 mesh, placements = self.local_specs[i]
@@ -239,14 +259,15 @@ class GlobalProgram:
             elif kind == "plain":
                 a = DTensor.from_local(a, self.mesh, [Replicate()] * self.mesh.ndim, run_check=False)
             inputs.append(a)
-        return inputs
+        return inputs, scalars
 
     def __call__(self, *args):
-        inputs = self._dtensor_inputs(args)
+        inputs, scalars = self._dtensor_inputs(args)
         needs_grad = torch.is_grad_enabled() and any(a.requires_grad for a in inputs)
-        compiled = self._compiled.get(needs_grad)
+        key = (needs_grad, tuple(tuple(a.shape) for a in inputs), tuple(scalars))
+        compiled = self._compiled.get(key)
         if compiled is None:
-            compiled = self._compiled[needs_grad] = self._compile(inputs, needs_grad)
+            compiled = self._compiled[key] = torch._dynamo.disable(self._compile)(inputs, scalars, needs_grad)
         forward, backward, differentiable = compiled
         if backward is None:
             results = forward(*inputs)
@@ -264,7 +285,7 @@ class GlobalProgram:
         if what == "dtensor":
             return result
         local = result.to_local()
-        if shape is not None and tuple(local.shape) != shape:
+        if shape is not None and all(isinstance(n, int) for n in shape) and tuple(local.shape) != shape:
             raise _C.Error(
                 f"torch.compile(backend='meshfuser'): an output computed from local tensors (after to_local) has "
                 f"the local shape {tuple(local.shape)} in meshfuser's global program but {shape} in eager; "

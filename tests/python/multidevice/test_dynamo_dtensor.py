@@ -151,6 +151,24 @@ def test_inference_under_no_grad(multidevice_test):
     assert [r.title for r in meshfuser.dynamo.reports()] == ["inference"]
 
 
+def test_new_sizes(multidevice_test):
+    """A second batch size makes Dynamo trace with symbolic sizes; each size gets its program."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+    d = multidevice_test.size
+    mlp = MLP(8, 16 * d)
+    reference = copy.deepcopy(mlp)
+    parallelize_module(mlp, _mesh(multidevice_test), {"up": ColwiseParallel(), "down": RowwiseParallel()})
+    compiled = torch.compile(mlp, backend="meshfuser")
+    for rows in (3, 5, 7, 5):
+        x = torch.randn(rows, 8)
+        with meshfuser.Profiler() as prof:
+            out = compiled(x)
+        torch.testing.assert_close(out, reference(x), **TOL)
+        assert _comms(prof) == _expect(["Allreduce"], d)
+    # Parameters require gradients: a forward and a backward graph per size (3, 5, 7; 5 again: none).
+    assert [r.title for r in meshfuser.dynamo.reports()] == ["forward", "backward"] * 3
+
+
 def test_transformer_encoder_layer_feed_forward_parallel(multidevice_test):
     """nn.TransformerEncoderLayer with its feed-forward linears parallelized; attention stays
     replicated (its packed in-projection has no parallel style)."""
