@@ -33,6 +33,7 @@ from ..mesh import DeviceMesh
 from .aten_ops import TABLE
 from .attention import flash_first, prepare_attention
 from .backend import _decompositions, use_linear
+from . import local_regions
 from .importer import node_val
 from .partition import partition
 from .placements import ANNOTATE, gradient_placements, normalized, spec, spec_id
@@ -133,7 +134,7 @@ class GlobalProgram:
             elif _is_dtensor_call(node, "to_local"):
                 val = node_val(node.args[0])
                 placements = normalized(val.placements, val.ndim)
-                self._replace(node, node.args[0], val.device_mesh, placements, placements)
+                self._replace(node, node.args[0], val.device_mesh, placements, placements).meta["mf_to_local"] = True
             elif _is_dtensor_call(node, "redistribute") or _is_dtensor_call(node, "full_tensor"):
                 val, before = node_val(node), node_val(node.args[0])
                 placements = normalized(val.placements, val.ndim) if isinstance(val, DTensor) else \
@@ -165,12 +166,13 @@ class GlobalProgram:
         if isinstance(x, fx.Node) and x.target is ANNOTATE and x.args[1] == spec_index:
             node.replace_all_uses_with(x)  # to_local after a redistribute to the same placements
             self.gm.graph.erase_node(node)
-            return
+            return x
         with self.gm.graph.inserting_before(node):
             new = self.gm.graph.call_function(ANNOTATE, (x, spec_index, grad_spec))
         new.meta = dict(node.meta)
         node.replace_all_uses_with(new)
         self.gm.graph.erase_node(node)
+        return new
 
     def _output_kinds(self, returned):
         """Per graph output: ("dtensor", placements, shape) for a DTensor the graph returned,
@@ -224,6 +226,7 @@ class GlobalProgram:
     def _compile(self, args, scalars, needs_grad):
         fakes = self._global_inputs(args)
         program = self._specialized(scalars)
+        local_regions.check(program, fakes, fake_tensor_mode_of(fakes))
         decompositions = _decompositions()
         n_out = len(self.outputs)
         if not needs_grad:

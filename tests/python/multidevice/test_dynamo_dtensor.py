@@ -169,6 +169,31 @@ def test_new_sizes(multidevice_test):
     assert [r.title for r in meshfuser.dynamo.reports()] == ["forward", "backward"] * 3
 
 
+class _SumOfShard(torch.nn.Module):
+    """Sums each rank's local output columns: a different number on every rank, which the global
+    program cannot express."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.up = torch.nn.Linear(8, 4 * d)
+
+    def forward(self, x):
+        return self.up(x).sum(-1, keepdim=True) * 2
+
+
+def test_local_code_over_the_sharded_axis_is_refused(multidevice_test):
+    from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
+    d = multidevice_test.size
+    module = parallelize_module(_SumOfShard(d), _mesh(multidevice_test), {"up": ColwiseParallel()})
+    compiled = torch.compile(module, backend="meshfuser")
+    x = torch.randn(3, 8)
+    if d == 1:  # one rank: the local code is the global code
+        torch.testing.assert_close(compiled(x), module(x), **TOL)
+        return
+    with pytest.raises(meshfuser.ArgumentError, match=r"`sum` .* reduces over the sharded axis.*split on axis 1"):
+        compiled(x)
+
+
 def test_transformer_encoder_layer_feed_forward_parallel(multidevice_test):
     """nn.TransformerEncoderLayer with its feed-forward linears parallelized; attention stays
     replicated (its packed in-projection has no parallel style)."""
