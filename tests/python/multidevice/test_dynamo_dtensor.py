@@ -122,13 +122,14 @@ def test_mlp_sequence_parallel(multidevice_test):
 def test_mlp_training_steps_match_eager(multidevice_test):
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     d = multidevice_test.size
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16 * d), torch.nn.SiLU(), torch.nn.Linear(16 * d, 8))
+    dev = multidevice_test.device
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16 * d), torch.nn.SiLU(), torch.nn.Linear(16 * d, 8)).to(dev)
     reference = copy.deepcopy(model)
     parallelize_module(model, _mesh(multidevice_test), {"0": ColwiseParallel(), "2": RowwiseParallel()})
     compiled = torch.compile(model, backend="meshfuser")
     opt, ref_opt = (torch.optim.SGD(m.parameters(), lr=0.1) for m in (model, reference))
     for _ in range(3):
-        x, y = torch.randn(4, 8), torch.randn(4, 8)
+        x, y = torch.randn(4, 8, device=dev), torch.randn(4, 8, device=dev)
         for m, o in ((compiled, opt), (reference, ref_opt)):
             o.zero_grad()
             torch.nn.functional.mse_loss(m(x), y).backward()
@@ -140,10 +141,10 @@ def test_mlp_training_steps_match_eager(multidevice_test):
 def test_inference_under_no_grad(multidevice_test):
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     d = multidevice_test.size
-    mlp = MLP(8, 16 * d)
+    mlp = MLP(8, 16 * d).to(multidevice_test.device)
     reference = copy.deepcopy(mlp)
     parallelize_module(mlp, _mesh(multidevice_test), {"up": ColwiseParallel(), "down": RowwiseParallel()})
-    x = torch.randn(3, 8)
+    x = torch.randn(3, 8, device=multidevice_test.device)
     with torch.no_grad(), meshfuser.Profiler() as prof:
         out = torch.compile(mlp, backend="meshfuser")(x)
     torch.testing.assert_close(out, reference(x), **TOL)
@@ -155,12 +156,12 @@ def test_new_sizes(multidevice_test):
     """A second batch size makes Dynamo trace with symbolic sizes; each size gets its program."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
     d = multidevice_test.size
-    mlp = MLP(8, 16 * d)
+    mlp = MLP(8, 16 * d).to(multidevice_test.device)
     reference = copy.deepcopy(mlp)
     parallelize_module(mlp, _mesh(multidevice_test), {"up": ColwiseParallel(), "down": RowwiseParallel()})
     compiled = torch.compile(mlp, backend="meshfuser")
     for rows in (3, 5, 7, 5):
-        x = torch.randn(rows, 8)
+        x = torch.randn(rows, 8, device=multidevice_test.device)
         with meshfuser.Profiler() as prof:
             out = compiled(x)
         torch.testing.assert_close(out, reference(x), **TOL)
@@ -184,9 +185,10 @@ class _SumOfShard(torch.nn.Module):
 def test_local_code_over_the_sharded_axis_is_refused(multidevice_test):
     from torch.distributed.tensor.parallel import ColwiseParallel, parallelize_module
     d = multidevice_test.size
-    module = parallelize_module(_SumOfShard(d), _mesh(multidevice_test), {"up": ColwiseParallel()})
+    module = parallelize_module(_SumOfShard(d).to(multidevice_test.device), _mesh(multidevice_test),
+                                {"up": ColwiseParallel()})
     compiled = torch.compile(module, backend="meshfuser")
-    x = torch.randn(3, 8)
+    x = torch.randn(3, 8, device=multidevice_test.device)
     if d == 1:  # one rank: the local code is the global code
         torch.testing.assert_close(compiled(x), module(x), **TOL)
         return
