@@ -54,6 +54,14 @@ def test_registered_name_and_entry_point():
     assert project["project"]["entry-points"]["torch_dynamo_backends"]["meshfuser"] == "meshfuser.dynamo:backend"
 
 
+def test_meshfuser_dynamo_is_imported_on_first_use():
+    import subprocess
+    import sys
+    code = ("import sys, meshfuser; assert 'meshfuser.dynamo' not in sys.modules; "
+            "assert callable(meshfuser.dynamo.backend); assert 'meshfuser.dynamo' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
 def test_mlp_forward_backward_and_no_grad():
     torch.manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16))

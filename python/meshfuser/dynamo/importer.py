@@ -4,8 +4,8 @@ Every placeholder becomes a fusion input with the shape and dtype recorded on it
 (`node.meta["val"]`), every node one or a few meshfuser ops (aten_ops.TABLE), and the graph's outputs
 the fusion's outputs. After each node the result's dtype is compared with the one eager PyTorch gives
 (the traced value's) and cast where meshfuser's promotion differs, so outputs have eager's dtypes.
-Shardings of DTensor programs are applied by the caller (dynamo/dtensor_program.py) on the
-TensorViews this importer records per node (`values`).
+In a DTensor program the inputs' shardings come from their placements (meshfuser.dtensor.compile
+schedules them) and the shardings inside from `meshfuser::annotate` nodes (dtensor_program.py).
 """
 import torch
 import torch.fx as fx
@@ -37,6 +37,7 @@ class GraphImporter:
         self.node = None
         self.out_shape = None
         self.out_dtype = None
+        self.device = None
         self.output_nodes = []
         if fd is not None:
             self._build()
