@@ -168,7 +168,8 @@ def test_views_only_partition_stays_on_aten():
     torch.testing.assert_close(torch.compile(f, backend="meshfuser")(x), f(x))
     (report,) = meshfuser.dynamo.reports()
     assert report.partitions == []
-    assert ("t", "a partition of views only (ATen views copy nothing)") in [(op, r) for _n, op, r in report.eager]
+    assert ("t", "a partition of views only (ATen views copy nothing)") in [(op, r) for _n, op, r in report.views]
+    assert [op for _n, op, _r in report.eager] == ["cumsum"]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
@@ -207,6 +208,16 @@ def test_views_and_in_place_ops_as_eager():
         torch.testing.assert_close(a, e)
     torch.testing.assert_close(buf, buf_ref)
     assert actual[2]._base is not None or actual[2].data_ptr() == x.data_ptr() + 3 * x.element_size()
+
+
+def test_views_saved_for_backward_stay_views():
+    """The transposed weights the forward saves for the backward are ATen views, not copies."""
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16))
+    run_both(mlp, torch.randn(4, 16))
+    forward = meshfuser.dynamo.reports()[0]
+    assert forward.title == "forward" and not forward.eager
+    assert [op for _n, op, _r in forward.views] == ["t", "t"]
 
 
 def test_partition_report_is_readable():

@@ -172,9 +172,13 @@ def _convert(b, x, dtype):
     return b.ops.cast(x, DTYPES[dtype])
 
 
-@_op(aten.clone.default, aten.alias.default, aten.detach.default, aten.lift_fresh_copy.default,
-     aten.contiguous.default)
+@_op(aten.clone.default, aten.lift_fresh_copy.default, aten.contiguous.default)
 def _copy(b, x, **kwargs):
+    return b.ops.set(x)
+
+
+@_op(aten.alias.default, aten.detach.default, view=True)
+def _alias(b, x):
     return b.ops.set(x)
 
 

@@ -65,6 +65,11 @@ def why_unsupported(node):
     return check(node) if check is not None else None
 
 
+_VIEWS_ONLY = "a partition of views only (ATen views copy nothing)"
+_RETURNED_VIEW = "a view the graph only returns (ATen views copy nothing)"
+_VIEW_REASONS = (_VIEWS_ONLY, _RETURNED_VIEW)
+
+
 class _Support(OperatorSupport):
     def __init__(self):
         super().__init__()
@@ -74,6 +79,11 @@ class _Support(OperatorSupport):
         if node.op != "call_function":
             return False
         reason = why_unsupported(node)
+        if reason is None and node.target in VIEW_OPS and node.users and \
+                all(u.op == "output" for u in node.users):
+            # A view only returned (a transposed weight saved for the backward): free on ATen, a
+            # copy as a program output.
+            reason = _RETURNED_VIEW
         if reason is not None:
             self.reasons[node.name] = reason
         return reason is None
@@ -85,16 +95,17 @@ class Report:
     def __init__(self, title):
         self.title = title
         self.partitions = []   # (name, Counter of op names)
-        self.eager = []        # (node name, op name, reason)
+        self.eager = []        # (node name, op name, reason): what meshfuser could not take
+        self.views = []        # (node name, op name, reason): views left to ATen on purpose (free there)
         self.programs = []     # the MeshfuserPrograms, in partition order (their definitions, host programs)
 
     def __str__(self):
         lines = [f"[meshfuser partitions] {self.title}: {len(self.partitions)} meshfuser partition(s), "
-                 f"{len(self.eager)} node(s) on ATen"]
+                 f"{len(self.eager)} node(s) on ATen" + (f", {len(self.views)} view(s) on ATen" if self.views else "")]
         for name, ops in self.partitions:
             listed = ", ".join(f"{op} x{n}" if n > 1 else op for op, n in sorted(ops.items()))
             lines.append(f"  {name}: {sum(ops.values())} ops: {listed}")
-        for node, op, reason in self.eager:
+        for node, op, reason in self.eager + self.views:
             lines.append(f"  ATen {node} ({op}): {reason}")
         return "\n".join(lines)
 
@@ -128,13 +139,14 @@ def partition(gm: fx.GraphModule, title, mesh=None):
         nodes = list(p.nodes)
         if all(n.target in VIEW_OPS for n in nodes):
             for n in nodes:
-                support.reasons[n.name] = "a partition of views only (ATen views copy nothing)"
+                support.reasons[n.name] = _VIEWS_ONLY
             continue
         kept.append(p)
     fused = partitioner.fuse_partitions(kept)
     for node in fused.graph.nodes:
         if node.op == "call_function" and node.target is not operator.getitem:
-            report.eager.append((node.name, _op_name(node), support.reasons.get(node.name) or why_unsupported(node)))
+            reason = support.reasons.get(node.name) or why_unsupported(node)
+            (report.views if reason in _VIEW_REASONS else report.eager).append((node.name, _op_name(node), reason))
     for node in list(fused.graph.nodes):
         if node.op != "call_module":
             continue
