@@ -44,11 +44,19 @@ at::Tensor rngScalar(int64_t value, const at::Tensor& like) {
 struct KernelCall {
   at::Tensor q, k, v;
   int64_t head_dim = 0;  // unpadded
+  int64_t kv_groups = 1;  // query heads per key/value head
   double scale = 1.0;
   AttentionKernel kernel = AttentionKernel::Math;
   bool fused() const { return kernel != AttentionKernel::Math && kernel != AttentionKernel::CpuFlash; }
   at::Tensor pad(const at::Tensor& t) const { return fused() ? padLastDim(t, q.size(-1)) : t; }
   at::Tensor unpad(const at::Tensor& t) const { return t.size(-1) == head_dim ? t : t.narrow(-1, 0, head_dim); }
+  // A key/value gradient of the repeated heads, summed back onto the heads the caller has.
+  at::Tensor ungroup(const at::Tensor& t) const {
+    if (kv_groups == 1) return t;
+    return t.reshape({t.size(0), t.size(1) / kv_groups, kv_groups, t.size(2), t.size(3)})
+        .sum(2, /*keepdim=*/false, at::kFloat)
+        .to(t.scalar_type());
+  }
 };
 
 // The fused CUDA kernels read any layout with a unit stride along head_dim (q, k and v permuted out
@@ -68,6 +76,13 @@ KernelCall prepare(const Expr* e, const at::Tensor& q, const at::Tensor& k, cons
   c.k = to4dStrided(k);
   c.v = to4dStrided(v);
   c.head_dim = q.size(-1);
+  // Grouped-query attention: each key/value head serves kv_groups consecutive query heads; the
+  // kernels get them repeated (as PyTorch's math path does) and the backward sums the groups.
+  c.kv_groups = c.q.size(1) / c.k.size(1);
+  if (c.kv_groups > 1) {
+    c.k = c.k.repeat_interleave(c.kv_groups, 1);
+    c.v = c.v.repeat_interleave(c.kv_groups, 1);
+  }
   c.scale = a.scale.value_or(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
   int64_t padded = (c.head_dim + kHeadDimMultiple - 1) / kHeadDimMultiple * kHeadDimMultiple;
   at::Tensor qp = q.is_cuda() ? padLastDim(c.q, padded) : c.q;
@@ -222,8 +237,8 @@ std::vector<at::Tensor> backward(const Expr* e, const std::vector<RuntimeValue>&
     }
     return 0;
   });
-  return {c.unpad(gq).reshape(q.sizes()), c.unpad(gk).reshape(in[2].tensor.sizes()),
-          c.unpad(gv).reshape(in[3].tensor.sizes())};
+  return {c.unpad(gq).reshape(q.sizes()), c.ungroup(c.unpad(gk)).reshape(in[2].tensor.sizes()),
+          c.ungroup(c.unpad(gv)).reshape(in[3].tensor.sizes())};
 }
 
 }  // namespace

@@ -172,6 +172,39 @@ def test_dropout_on_cpu_runs_the_math_kernel_with_a_mask_the_backward_redraws(is
     assert torch.equal(first[-1], fd.execute([q, k, v, grad])[-1])  # torch.manual_seed repeats the mask
 
 
+def gqa_reference(q, k, v, grad, is_causal):
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    attn = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=True)
+    attn.backward(grad)
+    return attn.detach(), q.grad, k.grad, v.grad
+
+
+def run_gqa(q, k, v, grad, is_causal):
+    dtype = {torch.float32: DataType.Float, torch.bfloat16: DataType.BFloat16}[q.dtype]
+    with FusionDefinition() as fd:
+        tq, tk, tv, tg = (fd.define_tensor(list(t.shape), dtype=dtype) for t in (q, k, v, grad))
+        attn, lse, seed, offset = fd.ops.sdpfa_fwd(tq, tk, tv, is_causal=is_causal)
+        gq, gk, gv = fd.ops.sdpfa_bwd(tg, tq, tk, tv, attn, lse, None, is_causal, seed, offset)
+        for t in (attn, gq, gk, gv):
+            fd.add_output(t)
+    return fd.execute([q, k, v, grad])
+
+
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_grouped_query_attention_matches_pytorch(is_causal):
+    """k and v with fewer heads than q (Llama 3: 8 KV heads for 32 query heads): query head h reads
+    key/value head h // (heads_q // heads_kv), as PyTorch's enable_gqa does; grad_k and grad_v sum
+    over the query heads that share them."""
+    g = torch.Generator().manual_seed(11)
+    q, grad = torch.randn(2, 6, 5, 8, generator=g), torch.randn(2, 6, 5, 8, generator=g)
+    k, v = torch.randn(2, 2, 7 if not is_causal else 5, 8, generator=g), None
+    v = torch.randn(k.shape, generator=g)
+    actual = run_gqa(q, k, v, grad, is_causal)
+    for name, a, e in zip(["attn", "grad_q", "grad_k", "grad_v"], actual, gqa_reference(q, k, v, grad, is_causal)):
+        assert a.shape == e.shape, (name, a.shape, e.shape)
+        torch.testing.assert_close(a, e, **TOL[torch.float32], msg=lambda m: f"{name}: {m}")
+
+
 def test_host_program_names_the_attention_kernel(monkeypatch):
     shape = [1, 2, 4, 8]
     q, k, v, grad = random_qkv(shape, 4, torch.float32, seed=8)
@@ -204,12 +237,12 @@ def test_forcing_an_attention_kernel_that_cannot_run_is_a_clear_error(monkeypatc
 @pytest.mark.parametrize(
     "k_shape, dtype, message",
     [
-        ([1, 1, 4, 4], DataType.Float, "a batch or head extent .grouped-query heads are not supported."),
+        ([1, 3, 4, 4], DataType.Float, "the number of key/value heads differs: T1 has 3 at axis 1"),
         ([1, 2, 4, 8], DataType.Float, "head_dim of query and key differs"),
         ([1, 2, 4, 4], DataType.Half, "is half but query is float"),
         ([2, 4, 4], DataType.Float, "has 3 axes but query"),
     ],
-    ids=["gqa_heads", "head_dim", "dtype", "rank"],
+    ids=["kv_heads", "head_dim", "dtype", "rank"],
 )
 def test_operand_errors_name_the_tensor_and_axis(k_shape, dtype, message):
     with FusionDefinition() as fd:
@@ -223,11 +256,13 @@ def test_operand_errors_name_the_tensor_and_axis(k_shape, dtype, message):
 @pytest.mark.parametrize(
     "q_shape, k_shape, v_shape, message",
     [
+        ([1, 2, 4, 4], [1, 3, 4, 4], [1, 3, 4, 4], "query T0 has 2 heads .axis 1. and key T1 has 3; grouped-query "
+         "attention needs the query heads to be a multiple of the key/value heads"),
         ([1, 2, 4, 4], [1, 2, 4, 4], [1, 2, 4, 8], "head_dim of query and value differs"),
         ([1, 2, 4, 4], [1, 2, 5, 4], [1, 2, 4, 4], "the key/value sequence length differs"),
         ([4, 4], [4, 4], [4, 4], "expected \\[batch.., heads, seq, head_dim\\] .at least 3 axes."),
     ],
-    ids=["value_head_dim", "kv_seq", "too_few_axes"],
+    ids=["gqa_heads_do_not_divide", "value_head_dim", "kv_seq", "too_few_axes"],
 )
 def test_shape_errors_name_both_tensors(q_shape, k_shape, v_shape, message):
     with FusionDefinition() as fd:
@@ -348,6 +383,18 @@ def test_cuda_each_forced_kernel_matches_pytorch(monkeypatch, kernel, head_dim):
     monkeypatch.setenv("MESHFUSER_ATTENTION_KERNEL", kernel)
     fd, _ = check_on_cuda([2, 2, 128, head_dim], 128, torch.bfloat16, is_causal=True)
     assert f"sdpfa_fwd kernel: {kernel}" in fd.host_program() and f"sdpfa_bwd kernel: {kernel}" in fd.host_program()
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
+def test_cuda_grouped_query_attention_matches_pytorch(dtype):
+    g = torch.Generator().manual_seed(12)
+    q, grad = (torch.randn(1, 8, 128, 64, generator=g).to(dtype).cuda() for _ in range(2))
+    k, v = (torch.randn(1, 2, 128, 64, generator=g).to(dtype).cuda() for _ in range(2))
+    actual = run_gqa(q, k, v, grad, True)
+    expected = gqa_reference(*(t.float().cpu() for t in (q, k, v, grad)), True)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a.float().cpu(), e, **GPU_TOL[dtype])
 
 
 @cuda
