@@ -123,6 +123,9 @@ class Communicator {
   c10::intrusive_ptr<c10d::Work> broadcast(const std::vector<int64_t>& team, at::Tensor t, int64_t root);
   c10::intrusive_ptr<c10d::Work> send(const std::vector<int64_t>& team, at::Tensor t, int64_t peer);
   c10::intrusive_ptr<c10d::Work> recv(const std::vector<int64_t>& team, at::Tensor t, int64_t peer);
+  // CUDA tensors travel over Gloo (MESHFUSER_CUDA_BACKEND=gloo): the test mode in which several
+  // ranks share one GPU, which NCCL refuses. fd.host_program() says so.
+  bool cudaOverGloo();
 
   // Position of `rank` in `team`.
   static int64_t indexIn(const std::vector<int64_t>& team, int64_t rank);

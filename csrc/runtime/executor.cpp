@@ -12,6 +12,7 @@
 #include "ir/printer.h"
 #include "passes/pass.h"
 #include "runtime/agreement.h"
+#include "runtime/attention_choice.h"
 #include "runtime/call_checks.h"
 #include "runtime/cuda_kernel.h"
 #include "runtime/profiler.h"
@@ -170,7 +171,27 @@ std::string FusionExecutor::hostProgramText() const {
   for (const StreamLoop& loop : program_->streamLoops()) {
     loop_chunks.push_back(effectiveChunks(loop, globalRows(loop, last_bindings_)));
   }
-  return program_->toString(segmentSchedulers(), communicationBytes(), loop_chunks) + segmentationText();
+  std::string mode;
+  Communicator& comm = Communicator::instance();
+  if (!program_->communications().empty() && eval_device_.is_cuda() && comm.cudaOverGloo()) {
+    mode = "Communications of CUDA tensors run on Gloo (MESHFUSER_CUDA_BACKEND=gloo: the test mode for ranks "
+           "sharing a GPU; point-to-point messages staged through host memory; not for speed)\n";
+  }
+  return program_->toString(segmentSchedulers(), communicationBytes(), loop_chunks) + mode + segmentationText() +
+         attentionKernelsText();
+}
+
+std::string FusionExecutor::attentionKernelsText() const {
+  std::string text;
+  for (const Segment& segment : program_->segments()) {
+    for (const Expr* e : segment.exprs) {
+      if (opInfo(e->op()).aten_args != AtenArgs::Attention) continue;
+      std::string kernel = lastAttentionKernel(e);
+      text += "  " + std::string(opInfo(e->op()).name) + " kernel: " +
+              (kernel.empty() ? "chosen at the first call" : kernel) + " (" + e->output(0)->toString() + ")\n";
+    }
+  }
+  return text.empty() ? text : "Attention kernels (PyTorch's dispatcher's choice) {\n" + text + "}\n";
 }
 
 std::string FusionExecutor::segmentationText() const {

@@ -43,6 +43,7 @@ class FusionExecutor {
   // How each compute segment was split into generated kernels and ATen pieces (planned on the first
   // call of the shape class; empty for segments never planned, e.g. on CPU tensors).
   std::string segmentationText() const;
+  std::string attentionKernelsText() const;  // the kernel each attention op ran last
   const Fusion& compiledFusion() const { return program_->fusion(); }
   // CUDA source of every kernel the GPU path generates for these inputs (any device, meta too).
   std::vector<std::string> generatedKernels(const std::vector<RuntimeValue>& inputs);
