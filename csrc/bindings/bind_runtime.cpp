@@ -16,6 +16,7 @@
 #include "runtime/executor.h"
 #include "runtime/profiler.h"
 #include "support/error.h"
+#include "support/log.h"
 #include "support/options.h"
 
 namespace py = pybind11;
@@ -257,11 +258,40 @@ void bindRuntime(py::module& m) {
       .def(py::init<>())
       .def("kernels", [](ProfileRecorder& r) {
         py::list l;
-        for (auto& k : r.kernels()) l.append(py::make_tuple(k.name, k.scheduler, k.bytes_sent, k.bytes_received));
+        r.finish();
+        for (auto& k : r.kernels()) {
+          l.append(py::make_tuple(k.name, k.scheduler, k.bytes_sent, k.bytes_received, k.device_ms, k.host_ms));
+        }
         return l;
       });
   m.def("start_profiling", [](ProfileRecorder* r) { ProfileRecorder::active() = r; }, py::keep_alive<0, 1>());
   m.def("stop_profiling", [] { ProfileRecorder::active() = nullptr; });
+
+  // support/log.h: lines reach Python's logging through this sink (meshfuser/_logging.py).
+  m.def(
+      "_set_log_sink",
+      [](py::object fn) {
+        if (fn.is_none()) {
+          setLogSink(nullptr);
+          return;
+        }
+        // Copies of the sink share one reference, dropped under the GIL.
+        std::shared_ptr<py::object> held(new py::object(std::move(fn)), [](py::object* o) {
+          py::gil_scoped_acquire gil;
+          delete o;
+        });
+        setLogSink([held](const std::string& topic, const std::string& text) {
+          if (!Py_IsInitialized()) return;
+          py::gil_scoped_acquire gil;
+          try {
+            (*held)(topic, text);
+          } catch (py::error_already_set& e) {
+            e.discard_as_unraisable("meshfuser log sink");
+          }
+        });
+      },
+      py::arg("sink"));
+  m.def("_set_log_rank", &setLogRank, py::arg("rank"));
 }
 
 }  // namespace mf

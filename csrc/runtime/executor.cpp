@@ -16,7 +16,9 @@
 #include "runtime/call_checks.h"
 #include "runtime/cuda_kernel.h"
 #include "runtime/profiler.h"
+#include "runtime/trace_range.h"
 #include "support/error.h"
+#include "support/log.h"
 #include "support/options.h"
 
 namespace mf {
@@ -24,7 +26,7 @@ namespace mf {
 FusionExecutor::FusionExecutor(const Fusion& fusion, int64_t rank, Communicator& comm) : comm_(&comm) {
   fingerprint_ = fingerprint(fusion);
   auto copy = fusion.clone();
-  if (isDumpEnabled(DumpOption::FusionIr)) std::cout << printFusion(*copy);
+  if (isDumpEnabled(DumpOption::FusionIr)) logText("fusion_ir", printFusion(*copy));
   runPipeline(*copy);
   program_ = lowerToHostProgram(std::move(copy), rank);
   multi_rank_ = comm_->initialized() && comm_->size() > 1;
@@ -42,7 +44,7 @@ FusionExecutor::FusionExecutor(const Fusion& fusion, int64_t rank, Communicator&
   for (const TensorView* tv : program_->fusion().allTensors()) {
     if (tv->hasMesh() && isSharded(tv)) sharded_tensors_.push_back(tv);
   }
-  if (isDumpEnabled(DumpOption::HostProgram)) std::cout << program_->toString();
+  if (isDumpEnabled(DumpOption::HostProgram)) logText("host_program", program_->toString());
 }
 
 namespace {
@@ -304,8 +306,8 @@ namespace {
 // "before_post" raises a plain std::runtime_error where the first communication allocates its
 // buffers, as an allocation failure would. <rank> may be "all".
 void injectFault(const char* where, int64_t rank) {
-  const char* v = std::getenv("MESHFUSER_INJECT_FAULT");
-  if (v == nullptr || (mf::str(where, ":", rank) != v && mf::str(where, ":all") != v)) return;
+  std::string v = envString("MESHFUSER_INJECT_FAULT");
+  if (v.empty() || (mf::str(where, ":", rank) != v && mf::str(where, ":all") != v)) return;
   if (std::string(where) == "before_post") {
     throw std::runtime_error(mf::str("fault injected on rank ", rank, " before_post (MESHFUSER_INJECT_FAULT)"));
   }
@@ -355,21 +357,34 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
     if (rv.is_tensor && rv.tensor.is_cuda()) use_kernels = !isDisabled(DisableOption::Codegen) && cudaKernelsAvailable();
   }
   ProfileRecorder* profile = ProfileRecorder::active();
+  // A communication's times run from its post to the end of its wait.
+  std::vector<ProfiledStep> comm_steps(profile ? program_->communications().size() : 0);
   for (const HostInstruction& inst : program_->instructions()) {
     switch (inst.kind) {
       case HostInstruction::Kind::RunSegment: {
-        RECORD_FUNCTION("meshfuser::segment", std::vector<c10::IValue>());
+        TraceRange range([&] {
+          return segmentRangeName(inst.index, program_->segments()[inst.index],
+                                  use_kernels ? schedulerOf(inst.index) : "expr_eval", values);
+        });
+        const size_t first = profile ? profile->kernels().size() : 0;
+        ProfiledStep step = profile ? ProfiledStep({"segment " + std::to_string(inst.index), "expr_eval"}, eval_device_)
+                                    : ProfiledStep();
         runSegment(inst.index, values, scalars, bindings, use_kernels);
+        step.stop();
         if (profile) {
           const auto* names = inst.index < static_cast<int64_t>(kernels_.size()) && use_kernels
                                   ? &kernels_[inst.index].lastSchedulers()
                                   : nullptr;
-          if (names == nullptr || names->empty()) {
-            profile->kernels().push_back({"segment " + std::to_string(inst.index), "expr_eval"});
-          } else {
+          if (names != nullptr && !names->empty()) {
+            // One entry per generated kernel or ATen piece; the segment's times are on the first.
             for (size_t k = 0; k < names->size(); ++k) {
               std::string name = "segment " + std::to_string(inst.index) + (names->size() > 1 ? "." + std::to_string(k) : "");
-              profile->kernels().push_back({name, (*names)[k]});
+              if (k == 0) {
+                profile->kernels()[first].name = name;
+                profile->kernels()[first].scheduler = (*names)[0];
+              } else {
+                profile->kernels().push_back({name, (*names)[k]});
+              }
             }
           }
         }
@@ -380,10 +395,10 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
         const Communication& c = program_->communications()[inst.index];
         if (profile && c.type != CommunicationType::NoOp) {
           TransferBytes b = mf::communicationBytes(c, program_->rank(), bindings);
-          profile->kernels().push_back({c.toString(), "communication", b.sent, b.received});
+          comm_steps[inst.index] = ProfiledStep({c.toString(), "communication", b.sent, b.received}, eval_device_);
         }
-        if (isDumpEnabled(DumpOption::Communication)) std::cout << "post " << c.toString() << std::endl;
-        RECORD_FUNCTION("meshfuser::communication", std::vector<c10::IValue>());
+        if (isDumpEnabled(DumpOption::Communication)) logText("communication", "post " + c.toString());
+        TraceRange range([&] { return communicationRangeName(c, mf::communicationBytes(c, program_->rank(), bindings)); });
         try {
           injectFault("before_post", program_->rank());
           runCommunication(c, values, bindings, works[inst.index]);
@@ -398,12 +413,14 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
       }
       case HostInstruction::Kind::Wait: {
         const Communication& c = program_->communications()[inst.index];
+        TraceRange range([&] { return mf::str("meshfuser::wait ", toString(c.type), " ", c.output->toString()); });
         try {
           for (auto& w : works[inst.index]) w->wait();
         } catch (const std::exception& e) {
           throw collectiveFailure(*comm_, c, program_->rank(), e);
         }
         works[inst.index].clear();
+        if (profile) comm_steps[inst.index].stop();
         // Some communications finish with a local reshuffle once the data arrived.
         auto pending = pending_finish_.find(c.output);
         if (pending != pending_finish_.end()) {
@@ -416,8 +433,9 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
       case HostInstruction::Kind::Deallocate: values.erase(inst.tv); break;
       case HostInstruction::Kind::StreamLoop: {
         if (pending) pending->finish();  // nothing is posted before the ranks agreed
-        RECORD_FUNCTION("meshfuser::stream_loop", std::vector<c10::IValue>());
         const Communication& c = program_->communications()[program_->streamLoops()[inst.index].communication];
+        TraceRange range([&] { return mf::str("meshfuser::stream_loop ", inst.index, " ", toString(c.type), " ",
+                                              c.output->toString(), " <- ", c.input->toString(), " team=", listText(c.team)); });
         try {
           runStreamLoop(inst.index, values, scalars, bindings);
         } catch (const UserError&) {

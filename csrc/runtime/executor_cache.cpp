@@ -1,12 +1,13 @@
 // FusionExecutorCache: a definition's executors, one per shape class, least recently used out
 // past cacheLimits(); and the refusal of a call this rank cannot start (runtime/executor.h).
-#include <iostream>
+#include <ATen/record_function.h>
 
 #include "ir/printer.h"
 #include "multidevice/communicator.h"
 #include "runtime/agreement.h"
 #include "runtime/executor.h"
 #include "support/error.h"
+#include "support/log.h"
 #include "support/options.h"
 
 namespace mf {
@@ -24,10 +25,9 @@ std::shared_ptr<FusionExecutor> FusionExecutorCache::executorFor(const std::vect
     return last_;
   }
   if (isDumpEnabled(DumpOption::Recompile)) {
-    std::cout << "meshfuser: recompile: "
-              << (executors_.empty() ? std::string("first call of the definition")
-                                     : "new shape class (" + classChange(executors_.front().shape_class, shape_class) + ")")
-              << std::endl;
+    logText("recompile", "recompile: " + (executors_.empty() ? std::string("first call of the definition")
+                                                             : "new shape class (" +
+                                                                   classChange(executors_.front().shape_class, shape_class) + ")"));
   }
   auto executor = std::make_shared<FusionExecutor>(*fusion_, currentRank(*comm_), *comm_);
   ++built_;
@@ -47,6 +47,7 @@ void FusionExecutorCache::refuseCall(const std::string& error) {
 
 std::vector<at::Tensor> FusionExecutorCache::run(const std::vector<RuntimeValue>& inputs,
                                                  std::shared_ptr<FusionExecutor>* used) {
+  RECORD_FUNCTION("meshfuser::execute", std::vector<c10::IValue>());  // holds the step ranges (trace_range.h)
   std::lock_guard<std::mutex> lock(mutex_);
   std::shared_ptr<FusionExecutor> executor = executorFor(inputs);
   if (used != nullptr) *used = executor;

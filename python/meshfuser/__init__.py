@@ -5,6 +5,7 @@ import torch  # noqa: F401  (loads libtorch before the extension)
 import torch.distributed  # noqa: F401  (registers c10d types the extension returns)
 
 from . import _C
+from . import _logging
 from ._C import DataType, ParallelType, Error, ArgumentError, InternalError, __version__
 from .mesh import DeviceMesh
 from .distributed import Communicator
@@ -13,9 +14,22 @@ from .profiler import Profiler, PythonProfiler
 from . import dtensor  # noqa: F401  (meshfuser.dtensor after `import meshfuser`)
 from ._C import set_cache_limits, compile_counters
 
+_logging.install()
+
 # The folder to put on CMAKE_PREFIX_PATH for find_package(meshfuser) (C++ API: headers,
 # libmeshfuser and the CMake package ship inside the installed package, as PyTorch's do).
 cmake_prefix_path = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "share", "cmake")
+
+
+
+def __getattr__(name):
+    """meshfuser.dynamo (the torch.compile backend) is imported on first use: it imports torch._dynamo,
+    which takes a second or more, and most programs never need it."""
+    if name == "dynamo":
+        import importlib
+        return importlib.import_module(".dynamo", __name__)
+    raise AttributeError(f"module 'meshfuser' has no attribute {name!r}")
+
 
 __all__ = [
     "DataType", "ParallelType", "DeviceMesh", "FusionDefinition", "TensorView", "Communicator",

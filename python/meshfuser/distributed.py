@@ -58,6 +58,8 @@ def _ensure_initialized():
     local_rank = int(os.environ.get("LOCAL_RANK", rank))
     local_size = int(os.environ.get("LOCAL_WORLD_SIZE", size))
     comm.init(_world_group.group_name, _cpu_group.group_name, rank, size, local_rank, local_size)
+    from . import _logging
+    _logging.set_rank(rank)
 
     def make_team(ranks):
         group = dist.new_group(list(ranks), timeout=timeout, backend=_default_backend())
