@@ -15,7 +15,8 @@ void bindCommunicator(py::module& m) {
   py::module_::import("torch.distributed");
   auto comm = py::class_<Communicator, std::unique_ptr<Communicator, py::nodelete>>(m, "_Communicator");
   comm.def_static("instance", &Communicator::instance, py::return_value_policy::reference)
-      .def("init", &Communicator::init)
+      .def("init", &Communicator::init, py::arg("world_group"), py::arg("cpu_group"), py::arg("rank"), py::arg("size"),
+           py::arg("local_rank"), py::arg("local_size"))
       .def("initialized", &Communicator::initialized)
       // Without the GIL: releasing a Gloo group joins its workers, which may need the GIL to free a
       // Python-owned tensor (holding it here hung dist.destroy_process_group() at exit).
@@ -36,8 +37,9 @@ void bindCommunicator(py::module& m) {
                py::gil_scoped_acquire gil;
                return (*fn)(team).cast<std::string>();
              });
-           })
-      .def("create_teams", &Communicator::createTeams, py::call_guard<py::gil_scoped_release>())
+           },
+           py::arg("factory"))
+      .def("create_teams", &Communicator::createTeams, py::arg("teams"), py::call_guard<py::gil_scoped_release>())
       // Posting releases the GIL: a c10d worker thread that drops the last reference to a tensor
       // with a Python object needs the GIL while holding the queue lock that posting takes.
       .def("allgather", &Communicator::allgather, py::arg("team"), py::arg("output"), py::arg("input"),

@@ -93,10 +93,11 @@ void bindIr(py::module& m) {
       .def_property_readonly("shape", [](const DeviceMesh& d) { return py::tuple(py::cast(d.shape())); })
       .def_property_readonly("devices", &DeviceMesh::devices)
       .def("slice", &DeviceMesh::slice, py::arg("rank"), py::arg("parallel_type"))
-      .def("all_slices", &DeviceMesh::allSlices)
-      .def("linear_index_of", &DeviceMesh::linearIndexOf)
-      .def("coordinates_of", &DeviceMesh::coordinatesOf)
-      .def("size_of", [](const DeviceMesh& d, ParallelType pt) { return d.size(pt); })
+      .def("all_slices", &DeviceMesh::allSlices, py::arg("parallel_type"))
+      .def("linear_index_of", &DeviceMesh::linearIndexOf, py::arg("rank"), "Position of `rank` in the mesh, or -1")
+      .def("coordinates_of", &DeviceMesh::coordinatesOf, py::arg("rank"))
+      .def("size_of", [](const DeviceMesh& d, ParallelType pt) { return d.size(pt); }, py::arg("parallel_type"),
+           "How many devices the mesh has along `parallel_type`")
       .def("__eq__", [](const DeviceMesh& a, const DeviceMesh& b) { return a == b; })
       .def("__repr__", [](const DeviceMesh& d) { return "DeviceMesh(" + d.toString() + ")"; });
 
@@ -145,8 +146,10 @@ void bindIr(py::module& m) {
              IterDomain* id = tv.axis(i);
              return py::make_tuple(id->extent().isConst() ? py::cast(id->extent().value) : py::cast(id->extent().symbol),
                                    id->parallelType(), id->isReduction(), id->toString());
-           })
-      .def("sharded_axis", [](const TensorView& tv, ParallelType pt) { return shardedAxis(&tv, pt); })
+           },
+           py::arg("axis"))
+      .def("sharded_axis", [](const TensorView& tv, ParallelType pt) { return shardedAxis(&tv, pt); },
+           py::arg("parallel_type"), "The logical axis sharded on `parallel_type`, or -1")
       .def("splits_are_blocked", [](const TensorView& tv) { return allSplitsBlocked(&tv); })
       .def("shard_positions",
            [](const TensorView& tv, int64_t axis, int64_t global_extent, int64_t rank) -> py::object {
@@ -160,7 +163,9 @@ void bindIr(py::module& m) {
              return py::cast(axisPositions(&tv, axis, global_extent, [&](ParallelType pt) {
                return coords.at(static_cast<size_t>(tv.mesh().axisOf(pt)));
              }));
-           })
+           },
+           py::arg("axis"), py::arg("global_extent"), py::arg("rank"),
+           "The global positions along `axis` that `rank` holds, or None when the axis is not sharded")
       .def("__str__", [](const TensorView& tv) { return printTensor(&tv); });
 
   py::class_<Fusion, std::shared_ptr<Fusion>>(m, "Fusion")
@@ -171,9 +176,11 @@ void bindIr(py::module& m) {
       .def("add_output", &Fusion::addOutput, py::arg("tv"))
       .def("num_inputs", [](const Fusion& f) { return f.inputs().size(); })
       .def("num_outputs", [](const Fusion& f) { return f.outputs().size(); })
-      .def("input_is_tensor", [](const Fusion& f, size_t i) { return f.inputs().at(i)->isTensor(); })
-      .def("input", [](const Fusion& f, size_t i) { return f.inputs().at(i); }, py::return_value_policy::reference_internal)
-      .def("output", [](const Fusion& f, size_t i) { return f.outputs().at(i); }, py::return_value_policy::reference_internal)
+      .def("input_is_tensor", [](const Fusion& f, size_t i) { return f.inputs().at(i)->isTensor(); }, py::arg("index"))
+      .def("input", [](const Fusion& f, size_t i) { return f.inputs().at(i); }, py::arg("index"),
+           py::return_value_policy::reference_internal)
+      .def("output", [](const Fusion& f, size_t i) { return f.outputs().at(i); }, py::arg("index"),
+           py::return_value_policy::reference_internal)
       .def("set_overlap", &Fusion::setOverlap, py::arg("mode"))
       .def("overlap", &Fusion::overlap)
       .def("version", &Fusion::version)

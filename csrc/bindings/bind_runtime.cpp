@@ -200,7 +200,8 @@ void bindRuntime(py::module& m) {
         }
         return l;
       });
-  m.def("start_profiling", [](ProfileRecorder* r) { ProfileRecorder::active() = r; }, py::keep_alive<0, 1>());
+  m.def("start_profiling", [](ProfileRecorder* r) { ProfileRecorder::active() = r; }, py::arg("recorder"),
+        py::keep_alive<0, 1>());
   m.def("stop_profiling", [] { ProfileRecorder::active() = nullptr; });
 
   // support/log.h: lines reach Python's logging through this sink (meshfuser/_logging.py).

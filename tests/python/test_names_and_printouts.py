@@ -127,4 +127,11 @@ def test_public_functions_have_docstrings_and_named_arguments():
     for f in (FusionDefinition.execute, FusionDefinition.define_tensor, FusionDefinition.host_program,
               meshfuser.visualize_sharding, meshfuser.TensorView.set_device_mesh):
         assert f.__doc__, f
-    assert "arg0" not in (meshfuser._C.FusionHandle.execute.__doc__ or "")
+    unnamed = []
+    for cls in (meshfuser._C.TensorView, meshfuser._C.Fusion, meshfuser._C._DeviceMesh, meshfuser._C.FusionHandle,
+                meshfuser._C._Communicator):
+        for name in dir(cls):
+            doc = getattr(getattr(cls, name), "__doc__", None) or ""
+            if not name.startswith("__") and "arg0" in doc:
+                unnamed.append(f"{cls.__name__}.{name}")
+    assert unnamed == [], unnamed
