@@ -71,6 +71,31 @@ def _describe_tv(fd_label, tv, shape):
     return lines
 
 
+def _describe_sharding(fd_label, tv, shape, sharding):
+    """An output whose sharding propagation chose (one block per device along each sharded axis)."""
+    label = repr(tv) + ("" if tv.name == repr(tv) else f" ({tv.name})")
+    dims = "[" + ", ".join("?" if s is None else str(s) for s in shape) + "]"
+    mesh = sharding.mesh
+    lines = [f"{fd_label} {label} {dims} {str(tv.dtype).replace('DataType.', '')} on mesh {list(mesh.devices)} "
+             "(sharding chosen by propagation):"]
+    for rank in mesh.devices:
+        coords = mesh.coordinates_of(rank)
+        cells = [":" if s is None else f"0:{s}" for s in shape]
+        for pt in _DEVICE_TYPES:
+            axis = sharding.axis_sharded_on(pt)
+            if axis < 0 or axis >= len(shape):
+                continue
+            mesh_axis = len(mesh.shape) - 1 - _DEVICE_TYPES.index(pt)
+            k, n = coords[mesh_axis], mesh.shape[mesh_axis]
+            if shape[axis] is None:
+                cells[axis] = f"block {k}/{n}"
+            else:
+                size = shape[axis] // n
+                cells[axis] = f"{k * size}:{(k + 1) * size}"
+        lines.append(f"  rank {rank}: [{', '.join(cells)}]")
+    return lines
+
+
 def _describe_dtensor(t):
     from torch.distributed.tensor import Shard
     mesh = t.device_mesh
@@ -110,8 +135,16 @@ def visualize_sharding(x, shapes=None):
             if shapes is not None and i < len(shapes):
                 shape = [int(s) for s in shapes[i]]
             lines += _describe_tv(f"input {i}", v, shape)
+        try:
+            shardings = x.get_output_shardings()  # after an execute: what propagation decided
+        except _C.Error:
+            shardings = None
         for i, v in enumerate(fusion.outputs()):
-            lines += _describe_tv(f"output {i}", v, [None if s < 0 else s for s in v.shape])
+            shape = [None if s < 0 else s for s in v.shape]
+            if not v.has_device_mesh() and shardings is not None:
+                lines += _describe_sharding(f"output {i}", v, shape, shardings[i])
+            else:
+                lines += _describe_tv(f"output {i}", v, shape)
     elif hasattr(x, "shape") and hasattr(x, "dtype"):
         lines = [f"tensor {list(x.shape)} {x.dtype}: not a DTensor; each rank holds what it was given"]
     else:

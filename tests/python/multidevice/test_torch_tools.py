@@ -75,6 +75,13 @@ def test_visualize_sharding_of_a_definition_and_a_dtensor(multidevice_test, caps
     for r in range(d):
         assert f"  rank {r}: [{4 * r}:{4 * r + 4}, 0:16]" in text, text  # w's rows, block r
     assert capsys.readouterr().out.strip() == text.strip()
+    assert f"[?, {4 * d}] Float: no mesh (sharding decided by propagation" in text, text
+    x, w = torch.randn(3, 16), torch.randn(4 * d, 16)
+    fd.execute([x.to(multidevice_test.device), multidevice_test.shard_tensor(w, 0, mesh)])
+    text = meshfuser.visualize_sharding(fd)  # the output's sharding, as propagation chose it
+    assert "(sharding chosen by propagation)" in text, text
+    for r in range(d):
+        assert f"  rank {r}: [:, {4 * r}:{4 * r + 4}]" in text, text
     dt = distribute_tensor(torch.randn(2 * d, 3), init_device_mesh("cpu", (d,)), [Shard(0)])
     text = meshfuser.visualize_sharding(dt)
     for r in range(d):
