@@ -39,7 +39,8 @@ def _op_name(node):
 def why_unsupported(node):
     """None when meshfuser takes the node, else the reason it runs on ATen."""
     if node.target not in TABLE:
-        return "no meshfuser op for it"
+        return "no meshfuser op for it" if hasattr(node.target, "_schema") or node.target is operator.getitem \
+            else "a meshfuser program of its own"
     val = node_val(node)
     if val is None:
         return "no traced value"
@@ -130,7 +131,10 @@ def partition(gm: fx.GraphModule, title, mesh=None):
     """Replaces supported parts of gm by MeshfuserProgram submodules; returns (gm, report). With
     `mesh` (a torch DeviceMesh) gm is a global program run on DTensors: the programs take DTensors,
     and placement annotations left on ATen become DTensor redistributions."""
+    from . import collectives
+    collective_reasons = collectives.rewrite(gm, title) if mesh is None else {}
     support = _Support()
+    support.reasons.update(collective_reasons)
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     proposed = partitioner.propose_partitions()
     report = Report(title)
@@ -144,7 +148,10 @@ def partition(gm: fx.GraphModule, title, mesh=None):
         kept.append(p)
     fused = partitioner.fuse_partitions(kept)
     for node in fused.graph.nodes:
-        if node.op == "call_function" and node.target is not operator.getitem:
+        if node.op == "call_function" and isinstance(node.target, collectives.Collective):
+            report.partitions.append((node.target.name, collections.Counter({node.target.kind: 1})))
+            report.programs.append(node.target)
+        elif node.op == "call_function" and node.target is not operator.getitem:
             reason = support.reasons.get(node.name) or why_unsupported(node)
             (report.views if reason in _VIEW_REASONS else report.eager).append((node.name, _op_name(node), reason))
     for node in list(fused.graph.nodes):

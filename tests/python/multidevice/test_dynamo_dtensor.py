@@ -246,3 +246,36 @@ def test_llama_decoder_layer_tensor_parallel(multidevice_test):
     # Only the position ids (arange) run on ATen; attention, RoPE, RMSNorm and the MLP are meshfuser's.
     on_aten = {op for r in meshfuser.dynamo.reports() for _n, op, _why in r.eager}
     assert on_aten <= {"arange", "arange.start"}
+
+
+def test_functional_collectives_become_communications(multidevice_test):
+    """Collectives the user wrote on plain tensors are meshfuser programs: an Allreduce, an
+    Allgather and a ReduceScatter meshfuser posts, with the work around them in partitions."""
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+    d, dev = multidevice_test.size, multidevice_test.device
+    group = dist.group.WORLD
+
+    def f(x, w):
+        y = torch.relu(x @ w)
+        summed = funcol.all_reduce(y, "sum", group)
+        gathered = funcol.all_gather_tensor(y, 0, group)
+        scattered = funcol.reduce_scatter_tensor(torch.cat([y] * d), "sum", 0, group)
+        return torch.tanh(summed) * 2, gathered + 1, scattered
+
+    torch.manual_seed(multidevice_test.rank)  # each rank its own values
+    x, w = torch.randn(4, 8, device=dev), torch.randn(8, 8, device=dev)
+    with meshfuser.Profiler() as prof:
+        out = torch.compile(f, backend="meshfuser")(x, w)
+    assert _comms(prof) == _expect(["Allreduce", "Allgather", "ReduceScatter"], d)
+    y = torch.relu(x @ w)
+    summed, gathered = y.clone(), torch.empty(4 * d, 8, device=dev)
+    dist.all_reduce(summed)
+    dist.all_gather_into_tensor(gathered, y)
+    # Chunk r of every rank's cat([y] * d) is its y: the reduce-scattered rows are the sum of the y's.
+    for actual, expected in zip(out, (torch.tanh(summed) * 2, gathered + 1, summed)):
+        torch.testing.assert_close(actual, expected, **TOL)
+    (report,) = meshfuser.dynamo.reports()
+    assert not report.eager
+    assert [name.split(".")[-1] for name, _ops in report.partitions if "fused" not in name] == \
+        ["all_reduce", "all_gather", "reduce_scatter"]
