@@ -88,7 +88,8 @@ def _arg(node, i, name, default):
 
 def prepare_attention(gm: fx.GraphModule):
     """CUDA flash attention without dropout -> meshfuser::attention(_backward); the extra results
-    the forward returned (kept as graph outputs, saved for the backward) become constants."""
+    the forward returned (kept as graph outputs, saved for the backward) become empty tensors on
+    ATen (without dropout the backward reads none of them)."""
     graph = gm.graph
     for node in list(graph.nodes):
         if node.op != "call_function":
@@ -110,8 +111,8 @@ def prepare_attention(gm: fx.GraphModule):
                 else:
                     uval = user.meta.get("val")
                     if isinstance(uval, torch.Tensor):
-                        with graph.inserting_before(user):
-                            got = graph.call_function(aten.zeros.default, (list(uval.shape),),
+                        with graph.inserting_before(user):  # any values: without dropout nothing reads them
+                            got = graph.call_function(aten.empty.memory_format, (list(uval.shape),),
                                                       {"dtype": uval.dtype, "device": uval.device})
                         got.meta = dict(user.meta)
                         user.replace_all_uses_with(got)
