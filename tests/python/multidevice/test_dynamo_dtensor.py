@@ -279,3 +279,58 @@ def test_functional_collectives_become_communications(multidevice_test):
     assert not report.eager
     assert [name.split(".")[-1] for name, _ops in report.partitions if "fused" not in name] == \
         ["all_reduce", "all_gather", "reduce_scatter"]
+
+
+class _LlamaWithRope(torch.nn.Module):
+    """A LlamaDecoderLayer given its rotary tables (made from the global positions, replicated):
+    under sequence parallelism each rank holds a slice of the sequence, not its first positions."""
+
+    def __init__(self, config):
+        super().__init__()
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+        self.layer = LlamaDecoderLayer(config, 0)
+
+    def forward(self, x, cos, sin):
+        out = self.layer(x, position_embeddings=(cos, sin))
+        return out[0] if isinstance(out, tuple) else out
+
+
+@pytest.mark.float32_attention
+def test_llama_decoder_layer_sequence_parallel(multidevice_test):
+    pytest.importorskip("transformers", reason="transformers is not installed and could not be installed "
+                                               "(./scripts/setup installs it)")
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,
+                                                   parallelize_module)
+    d, r, dev = multidevice_test.size, multidevice_test.rank, multidevice_test.device
+    config = LlamaConfig(hidden_size=16 * d, intermediate_size=32 * d, num_attention_heads=2 * d,
+                         num_key_value_heads=d, num_hidden_layers=1)
+    config._attn_implementation = "sdpa"
+    reference = _LlamaWithRope(config).to(dev)
+    sharded = copy.deepcopy(reference)
+    seq = Shard(1)
+    plan = {"layer.input_layernorm": SequenceParallel(), "layer.post_attention_layernorm": SequenceParallel(),
+            "layer.self_attn.o_proj": RowwiseParallel(output_layouts=seq),
+            "layer.mlp.down_proj": RowwiseParallel(output_layouts=seq)}
+    plan |= {f"layer.self_attn.{n}": ColwiseParallel(input_layouts=seq) for n in ("q_proj", "k_proj", "v_proj")}
+    plan |= {f"layer.mlp.{n}": ColwiseParallel(input_layouts=seq) for n in ("gate_proj", "up_proj")}
+    parallelize_module(sharded, _mesh(multidevice_test), plan)
+    x = torch.randn(2, 4 * d, 16 * d, device=dev)
+    cos, sin = LlamaRotaryEmbedding(config).to(dev)(x, torch.arange(4 * d, device=dev)[None])
+    x_ref, x_in = x.clone().requires_grad_(), x.chunk(d, 1)[r].clone().requires_grad_()
+    with meshfuser.Profiler() as prof:
+        out = torch.compile(sharded, backend="meshfuser")(x_in, cos, sin)
+    forward = _comms(prof)
+    expected = reference(x_ref, cos, sin)
+    torch.testing.assert_close(out, expected.chunk(d, 1)[r], **TOL)
+    dy = torch.randn(expected.shape, device=dev)
+    out.backward(dy.chunk(d, 1)[r])
+    expected.backward(dy)
+    torch.testing.assert_close(x_in.grad, x_ref.grad.chunk(d, 1)[r], **TOL)
+    _compare_grads(sharded, reference)
+    # Megatron's SP forward: one Allgather before the attention's and the MLP's column-parallel
+    # projections (q, k and v share the gathered input), one ReduceScatter after each row-parallel one.
+    assert forward == _expect(["Allgather", "ReduceScatter"] * 2, d)
+    assert not [e for rep in meshfuser.dynamo.reports() for e in rep.eager]
