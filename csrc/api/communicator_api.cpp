@@ -8,19 +8,10 @@
 #include "multidevice/communicator.h"
 #include "multidevice/process_group.h"
 #include "support/error.h"
+#include "support/options.h"
 
 namespace meshfuser {
-namespace {
-int64_t envInt(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  try {
-    return std::stoll(v);
-  } catch (const std::exception&) {
-    MF_THROW_USER("environment variable ", name, "=", v, " is not an integer");
-  }
-}
-}  // namespace
+using mf::envInt;
 
 Communicator::Communicator(c10::intrusive_ptr<c10d::ProcessGroup> world) : Communicator(std::move(world), Options()) {}
 

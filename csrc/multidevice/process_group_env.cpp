@@ -17,24 +17,12 @@
 
 #include "multidevice/process_group.h"
 #include "support/error.h"
+#include "support/options.h"
 
 namespace mf {
 namespace {
 
-std::string env(const char* name, const std::string& fallback = "") {
-  const char* v = std::getenv(name);
-  return v && *v ? std::string(v) : fallback;
-}
-
-int64_t envInt(const char* name, int64_t fallback) {
-  std::string v = env(name);
-  if (v.empty()) return fallback;
-  try {
-    return std::stoll(v);
-  } catch (const std::exception&) {
-    MF_THROW_USER("environment variable ", name, "=", v, " is not an integer");
-  }
-}
+std::string env(const char* name, const std::string& fallback = "") { return envString(name, fallback); }
 
 // Registers a Gloo backend for CPU tensors on `world`, when meshfuser was built with Gloo's headers.
 bool addGloo(c10d::ProcessGroup& world, const c10::intrusive_ptr<c10d::Store>& store, int64_t rank, int64_t size,

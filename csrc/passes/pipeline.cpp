@@ -5,6 +5,7 @@
 #include "ir/verifier.h"
 #include "passes/pass.h"
 #include "support/error.h"
+#include "support/log.h"
 #include "support/options.h"
 
 namespace mf {
@@ -55,7 +56,7 @@ void runPipeline(Fusion& fusion, std::vector<std::pair<std::string, std::string>
     pass->run(fusion);
     verifyFusion(fusion);
     if (trace != nullptr) trace->emplace_back(pass->name(), printFusion(fusion));
-    if (isDumpEnabled(DumpOption::PassIr)) std::cout << "=== after " << pass->name() << "\n" << printFusion(fusion);
+    if (isDumpEnabled(DumpOption::PassIr)) logText("pass_ir", std::string("=== after ") + pass->name() + "\n" + printFusion(fusion));
   }
 }
 

@@ -10,6 +10,7 @@
 #include "runtime/aten_evaluator.h"
 #include "runtime/shape_class.h"
 #include "support/error.h"
+#include "support/options.h"
 
 #ifdef MESHFUSER_WITH_CUDA
 #include <ATen/cuda/CUDAContext.h>
@@ -92,9 +93,9 @@ Api& api() {
     Api api;
     void* cuda = openFirst({"libcuda.so.1", "libcuda.so"});
     std::vector<std::string> nvrtc_names;
-    if (const char* p = std::getenv("MESHFUSER_NVRTC_PATH")) nvrtc_names.push_back(p);
+    if (std::string p = envString("MESHFUSER_NVRTC_PATH"); !p.empty()) nvrtc_names.push_back(p);
     std::vector<std::string> dirs = {""};
-    if (const char* home = std::getenv("CUDA_HOME")) dirs.push_back(std::string(home) + "/lib64/");
+    if (std::string home = envString("CUDA_HOME"); !home.empty()) dirs.push_back(home + "/lib64/");
     dirs.push_back("/usr/local/cuda/targets/x86_64-linux/lib/");
     dirs.push_back("/usr/local/cuda/lib64/");
     for (const auto& d : dirs) {

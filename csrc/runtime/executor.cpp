@@ -12,9 +12,13 @@
 #include "ir/printer.h"
 #include "passes/pass.h"
 #include "runtime/agreement.h"
+#include "runtime/attention_choice.h"
+#include "runtime/call_checks.h"
 #include "runtime/cuda_kernel.h"
 #include "runtime/profiler.h"
+#include "runtime/trace_range.h"
 #include "support/error.h"
+#include "support/log.h"
 #include "support/options.h"
 
 namespace mf {
@@ -26,14 +30,25 @@ int64_t currentRank(const Communicator& comm) { return comm.initialized() ? comm
 FusionExecutor::FusionExecutor(const Fusion& fusion, int64_t rank, Communicator& comm) : comm_(&comm) {
   fingerprint_ = fingerprint(fusion);
   auto copy = fusion.clone();
-  if (isDumpEnabled(DumpOption::FusionIr)) std::cout << printFusion(*copy);
+  if (isDumpEnabled(DumpOption::FusionIr)) logText("fusion_ir", printFusion(*copy));
   runPipeline(*copy);
   program_ = lowerToHostProgram(std::move(copy), rank);
   multi_rank_ = comm_->initialized() && comm_->size() > 1;
+  // Every rank posts in a call of this program (its teams cover the world): a rank that failed
+  // before posting can settle with the others whether they all did (run()).
+  if (multi_rank_) {
+    std::vector<bool> covered(static_cast<size_t>(comm_->size()), false);
+    for (const auto& team : program_->teams()) {
+      for (int64_t r : team) {
+        if (r >= 0 && r < comm_->size()) covered[r] = true;
+      }
+    }
+    settles_failures_ = !program_->teams().empty() && std::find(covered.begin(), covered.end(), false) == covered.end();
+  }
   for (const TensorView* tv : program_->fusion().allTensors()) {
     if (tv->hasMesh() && isSharded(tv)) sharded_tensors_.push_back(tv);
   }
-  if (isDumpEnabled(DumpOption::HostProgram)) std::cout << program_->toString();
+  if (isDumpEnabled(DumpOption::HostProgram)) logText("host_program", program_->toString());
 }
 
 namespace {
@@ -115,7 +130,11 @@ std::string FusionExecutor::validate(const std::vector<RuntimeValue>& inputs, Ex
           return mf::str("input ", i, " (", tv->toString(), ") axis ", a, " is a device axis (", toString(id->parallelType()),
                          "): each device holds extent 1 of it, but got ", local);
         }
-        int64_t global = local * shards[a];
+        int64_t global = 0;
+        if (__builtin_mul_overflow(local, shards[a], &global)) {
+          return mf::str("input ", i, " (", tv->toString(), ") axis ", a, ": local extent ", local, " x ", shards[a],
+                         " shards overflows a 64-bit global extent");
+        }
         std::string symbol = f.canonicalSymbol(id->extent().symbol);
         auto [it, inserted] = bindings.emplace(symbol, global);
         if (!inserted && it->second != global) {
@@ -154,7 +173,27 @@ std::string FusionExecutor::hostProgramText() const {
   for (const StreamLoop& loop : program_->streamLoops()) {
     loop_chunks.push_back(effectiveChunks(loop, globalRows(loop, last_bindings_)));
   }
-  return program_->toString(segmentSchedulers(), communicationBytes(), loop_chunks) + segmentationText();
+  std::string mode;
+  Communicator& comm = Communicator::instance();
+  if (!program_->communications().empty() && eval_device_.is_cuda() && comm.cudaOverGloo()) {
+    mode = "Communications of CUDA tensors run on Gloo (MESHFUSER_CUDA_BACKEND=gloo: the test mode for ranks "
+           "sharing a GPU; point-to-point messages staged through host memory; not for speed)\n";
+  }
+  return program_->toString(segmentSchedulers(), communicationBytes(), loop_chunks) + mode + segmentationText() +
+         attentionKernelsText();
+}
+
+std::string FusionExecutor::attentionKernelsText() const {
+  std::string text;
+  for (const Segment& segment : program_->segments()) {
+    for (const Expr* e : segment.exprs) {
+      if (opInfo(e->op()).aten_args != AtenArgs::Attention) continue;
+      std::string kernel = lastAttentionKernel(e);
+      text += "  " + std::string(opInfo(e->op()).name) + " kernel: " +
+              (kernel.empty() ? "chosen at the first call" : kernel) + " (" + e->output(0)->toString() + ")\n";
+    }
+  }
+  return text.empty() ? text : "Attention kernels (PyTorch's dispatcher's choice) {\n" + text + "}\n";
 }
 
 std::string FusionExecutor::segmentationText() const {
@@ -210,10 +249,16 @@ std::string FusionExecutor::checkRunnable(const std::vector<RuntimeValue>& input
 std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inputs) {
   Communicator& comm = *comm_;
   requireCommunicatorFor(*program_, comm);
+  // One multi-rank call at a time per process (calls from other threads wait here); the agreement
+  // checks that every rank runs the call from the same thread.
+  std::unique_lock<std::mutex> call_lock;
+  if (multi_rank_) call_lock = std::unique_lock<std::mutex>(comm.callMutex());
   if (multi_rank_) comm.checkUsable();
   ExtentBindings bindings;
-  std::string error = validate(inputs, bindings);
+  std::string error = meshWorldError(*program_, comm.initialized() ? comm.size() : 1);
+  if (error.empty()) error = validate(inputs, bindings);
   if (error.empty()) error = checkRunnable(inputs, bindings);
+  if (error.empty() && multi_rank_) error = embeddingIndexError(program_->fusion(), program_->rank(), inputs, bindings);
   // Agree on every call, before anything is posted (README "Reliability"): same program, same
   // round, valid inputs and the same global extents on every rank, or an error on every rank.
   bool agree = multi_rank_ && !isDisabled(DisableOption::CollectiveValidation);
@@ -229,6 +274,7 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
   }
   MF_USER_CHECK(error.empty(), "execute: ", error);
   if (last_bindings_ != bindings) last_bindings_ = bindings;
+  posts_at_start_ = comm.posts();
   if (!strict) {
     CallAgreement* pending = agreement && !agreement->finished() ? &*agreement : nullptr;
     try {
@@ -236,6 +282,11 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
     } catch (...) {
       // The round must complete on this rank too; when the ranks disagree, that is the error to raise.
       if (pending && !pending->finished()) pending->finish();
+      // Failed before posting anything: when every rank failed so, the groups hold nothing unmatched
+      // and stay usable; otherwise this rank's groups are marked unusable.
+      if (agreement && agreement->agreed() && settles_failures_ && !comm.broken() && comm.posts() == posts_at_start_) {
+        settleFailure(comm, fingerprint_);
+      }
       throw;
     }
   }
@@ -256,19 +307,30 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
 namespace {
 // Fault injection for the fault suite: MESHFUSER_INJECT_FAULT=<where>:<rank> makes that rank raise
 // at `where` ("after_agreement": before the first communication; "at_end": after the last one).
+// "before_post" raises a plain std::runtime_error where the first communication allocates its
+// buffers, as an allocation failure would. <rank> may be "all".
 void injectFault(const char* where, int64_t rank) {
-  const char* v = std::getenv("MESHFUSER_INJECT_FAULT");
-  if (v == nullptr || mf::str(where, ":", rank) != v) return;
+  std::string v = envString("MESHFUSER_INJECT_FAULT");
+  if (v.empty() || (mf::str(where, ":", rank) != v && mf::str(where, ":all") != v)) return;
+  if (std::string(where) == "before_post") {
+    throw std::runtime_error(mf::str("fault injected on rank ", rank, " before_post (MESHFUSER_INJECT_FAULT)"));
+  }
   MF_THROW_USER("execute: fault injected on rank ", rank, " ", where, " (MESHFUSER_INJECT_FAULT)");
 }
 
 }  // namespace
 
 // The groups may hold unmatched operations from now on.
-UserError collectiveFailure(Communicator& comm, const Communication& c, int64_t rank, const std::exception& e) {
+UserError collectiveFailure(Communicator& comm, const Communication& c, int64_t rank, const std::exception& e,
+                            int64_t posts_before) {
   std::string cause = e.what();
   if (auto* ce = dynamic_cast<const c10::Error*>(&e)) cause = ce->what_without_backtrace();
   std::string reason = mf::str(c.toString(), " failed on rank ", rank, " (", cause, ")");
+  if (posts_before >= 0 && comm.posts() == posts_before) {
+    // Nothing of this call left this rank (an allocation failed, say): run() settles with the others
+    // whether the groups stay usable.
+    return UserError(mf::str("execute: ", reason, " before this rank posted any data of the call"));
+  }
   comm.markBroken(reason);
   return UserError(mf::str("execute: ", reason, ": another rank of its team failed, died, or did not reach this ",
                            "communication within the timeout (MESHFUSER_PG_TIMEOUT_S)"));
@@ -299,21 +361,34 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
     if (rv.is_tensor && rv.tensor.is_cuda()) use_kernels = !isDisabled(DisableOption::Codegen) && cudaKernelsAvailable();
   }
   ProfileRecorder* profile = ProfileRecorder::active();
+  // A communication's times run from its post to the end of its wait.
+  std::vector<ProfiledStep> comm_steps(profile ? program_->communications().size() : 0);
   for (const HostInstruction& inst : program_->instructions()) {
     switch (inst.kind) {
       case HostInstruction::Kind::RunSegment: {
-        RECORD_FUNCTION("meshfuser::segment", std::vector<c10::IValue>());
+        TraceRange range([&] {
+          return segmentRangeName(inst.index, program_->segments()[inst.index],
+                                  use_kernels ? schedulerOf(inst.index) : "expr_eval", values);
+        });
+        const size_t first = profile ? profile->kernels().size() : 0;
+        ProfiledStep step = profile ? ProfiledStep({"segment " + std::to_string(inst.index), "expr_eval"}, eval_device_)
+                                    : ProfiledStep();
         runSegment(inst.index, values, scalars, bindings, use_kernels);
+        step.stop();
         if (profile) {
           const auto* names = inst.index < static_cast<int64_t>(kernels_.size()) && use_kernels
                                   ? &kernels_[inst.index].lastSchedulers()
                                   : nullptr;
-          if (names == nullptr || names->empty()) {
-            profile->kernels().push_back({"segment " + std::to_string(inst.index), "expr_eval"});
-          } else {
+          if (names != nullptr && !names->empty()) {
+            // One entry per generated kernel or ATen piece; the segment's times are on the first.
             for (size_t k = 0; k < names->size(); ++k) {
               std::string name = "segment " + std::to_string(inst.index) + (names->size() > 1 ? "." + std::to_string(k) : "");
-              profile->kernels().push_back({name, (*names)[k]});
+              if (k == 0) {
+                profile->kernels()[first].name = name;
+                profile->kernels()[first].scheduler = (*names)[0];
+              } else {
+                profile->kernels().push_back({name, (*names)[k]});
+              }
             }
           }
         }
@@ -324,29 +399,32 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
         const Communication& c = program_->communications()[inst.index];
         if (profile && c.type != CommunicationType::NoOp) {
           TransferBytes b = mf::communicationBytes(c, program_->rank(), bindings);
-          profile->kernels().push_back({c.toString(), "communication", b.sent, b.received});
+          comm_steps[inst.index] = ProfiledStep({c.toString(), "communication", b.sent, b.received}, eval_device_);
         }
-        if (isDumpEnabled(DumpOption::Communication)) std::cout << "post " << c.toString() << std::endl;
-        RECORD_FUNCTION("meshfuser::communication", std::vector<c10::IValue>());
+        if (isDumpEnabled(DumpOption::Communication)) logText("communication", "post " + c.toString());
+        TraceRange range([&] { return communicationRangeName(c, mf::communicationBytes(c, program_->rank(), bindings)); });
         try {
+          injectFault("before_post", program_->rank());
           runCommunication(c, values, bindings, works[inst.index]);
         } catch (const UserError&) {
           throw;
         } catch (const InternalError&) {
           throw;
         } catch (const std::exception& e) {
-          throw collectiveFailure(*comm_, c, program_->rank(), e);
+          throw collectiveFailure(*comm_, c, program_->rank(), e, posts_at_start_);
         }
         break;
       }
       case HostInstruction::Kind::Wait: {
         const Communication& c = program_->communications()[inst.index];
+        TraceRange range([&] { return mf::str("meshfuser::wait ", toString(c.type), " ", c.output->toString()); });
         try {
           for (auto& w : works[inst.index]) w->wait();
         } catch (const std::exception& e) {
           throw collectiveFailure(*comm_, c, program_->rank(), e);
         }
         works[inst.index].clear();
+        if (profile) comm_steps[inst.index].stop();
         // Some communications finish with a local reshuffle once the data arrived.
         auto pending = pending_finish_.find(c.output);
         if (pending != pending_finish_.end()) {
@@ -359,8 +437,9 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
       case HostInstruction::Kind::Deallocate: values.erase(inst.tv); break;
       case HostInstruction::Kind::StreamLoop: {
         if (pending) pending->finish();  // nothing is posted before the ranks agreed
-        RECORD_FUNCTION("meshfuser::stream_loop", std::vector<c10::IValue>());
         const Communication& c = program_->communications()[program_->streamLoops()[inst.index].communication];
+        TraceRange range([&] { return mf::str("meshfuser::stream_loop ", inst.index, " ", toString(c.type), " ",
+                                              c.output->toString(), " <- ", c.input->toString(), " team=", listText(c.team)); });
         try {
           runStreamLoop(inst.index, values, scalars, bindings);
         } catch (const UserError&) {
@@ -368,7 +447,7 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
         } catch (const InternalError&) {
           throw;
         } catch (const std::exception& e) {
-          throw collectiveFailure(*comm_, c, program_->rank(), e);
+          throw collectiveFailure(*comm_, c, program_->rank(), e, posts_at_start_);
         }
         break;
       }
@@ -509,10 +588,9 @@ std::shared_ptr<FusionExecutor> FusionExecutorCache::executorFor(const std::vect
     return last_;
   }
   if (isDumpEnabled(DumpOption::Recompile)) {
-    std::cout << "meshfuser: recompile: "
-              << (executors_.empty() ? std::string("first call of the definition")
-                                     : "new shape class (" + classChange(executors_.front().shape_class, shape_class) + ")")
-              << std::endl;
+    logText("recompile", "recompile: " + (executors_.empty() ? std::string("first call of the definition")
+                                                             : "new shape class (" +
+                                                                   classChange(executors_.front().shape_class, shape_class) + ")"));
   }
   auto executor = std::make_shared<FusionExecutor>(*fusion_, currentRank(*comm_), *comm_);
   ++built_;
@@ -526,11 +604,13 @@ std::shared_ptr<FusionExecutor> FusionExecutorCache::executorFor(const std::vect
 void FusionExecutorCache::refuseCall(const std::string& error) {
   Communicator& comm = *comm_;
   if (!comm.initialized() || comm.size() == 1 || comm.broken() || isDisabled(DisableOption::CollectiveValidation)) return;
+  std::lock_guard<std::mutex> call_lock(comm.callMutex());
   agreeOnCall(comm, *fusion_, fingerprint(*fusion_), {}, {}, error, strictAgreement());
 }
 
 std::vector<at::Tensor> FusionExecutorCache::run(const std::vector<RuntimeValue>& inputs,
                                                  std::shared_ptr<FusionExecutor>* used) {
+  RECORD_FUNCTION("meshfuser::execute", std::vector<c10::IValue>());  // holds the step ranges (trace_range.h)
   std::lock_guard<std::mutex> lock(mutex_);
   std::shared_ptr<FusionExecutor> executor = executorFor(inputs);
   if (used != nullptr) *used = executor;

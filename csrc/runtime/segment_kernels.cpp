@@ -8,6 +8,7 @@
 #include "runtime/aten_evaluator.h"
 #include "runtime/cuda_kernel.h"
 #include "support/error.h"
+#include "support/log.h"
 #include "support/options.h"
 #include "support/text.h"
 
@@ -20,7 +21,7 @@ std::optional<GeneratedKernel> generate(const KernelSegment& segment, const std:
   options.sm_count = currentSmCount();
   ++compileCounters().kernels;
   std::optional<GeneratedKernel> k = generateKernel(segment, args, options, why);
-  if (k && isDumpEnabled(DumpOption::CudaKernel)) std::cout << k->source << std::endl;
+  if (k && isDumpEnabled(DumpOption::CudaKernel)) logText("cuda_kernel", k->source);
   return k;
 }
 
@@ -83,15 +84,13 @@ const GeneratedKernel* SegmentKernels::kernelFor(Piece& p, const std::vector<Ker
   for (const auto& [other_args, other] : p.variants) known = known || (k && other && other->name == k->name);
   if (k && !known) ++compileCounters().sources;
   if (!known && isDumpEnabled(DumpOption::Recompile)) {
-    std::cout << "meshfuser: recompile: " << label << ": inputs of sizes [" << sizesText(args) << "] (planned for ["
-              << sizesText(p.args) << "]) "
-              << (k ? "need a new kernel: " + p.kernel->choices + " -> " + k->choices
-                    : "run on the ATen evaluator: the generator refuses them (" + why + ")")
-              << std::endl;
+    logText("recompile", "recompile: " + label + ": inputs of sizes [" + sizesText(args) + "] (planned for [" +
+                             sizesText(p.args) + "]) " +
+                             (k ? "need a new kernel: " + p.kernel->choices + " -> " + k->choices
+                                : "run on the ATen evaluator: the generator refuses them (" + why + ")"));
   }
   if (!k && isDumpEnabled(DumpOption::Fallback)) {
-    std::cout << "meshfuser: " << label << ": runs on the ATen evaluator for inputs of sizes [" << sizesText(args)
-              << "]: " << why << std::endl;
+    logText("fallback", label + ": runs on the ATen evaluator for inputs of sizes [" + sizesText(args) + "]: " + why);
   }
   p.variants.emplace_front(args, std::move(k));
   if (p.variants.size() > kMaxVariants) p.variants.pop_back();
@@ -158,8 +157,7 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
     }
     if (!p.kernel && !p.views_only && isDumpEnabled(DumpOption::Fallback)) {
       for (const Expr* e : p.exprs) {
-        std::cout << "meshfuser: " << label << ": " << e->toString() << " runs on the ATen evaluator: " << p.why_not
-                  << std::endl;
+        logText("fallback", label + ": " + e->toString() + " runs on the ATen evaluator: " + p.why_not);
       }
     }
     // Without launching (meta tensors), what would run it; else what did.

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "support/error.h"
+#include "support/options.h"
 #include "support/text.h"
 
 namespace mf {
@@ -31,14 +32,7 @@ bool denseInOrder(const at::Tensor& t, const std::vector<int64_t>& order) {
   return true;
 }
 
-int64_t envLimit(const char* name, int64_t fallback) {
-  const char* v = std::getenv(name);
-  if (v == nullptr || *v == '\0') return fallback;
-  char* end = nullptr;
-  long long n = std::strtoll(v, &end, 10);
-  MF_USER_CHECK(end != v && *end == '\0' && n >= 1, name, ": expected a positive integer, got '", v, "'");
-  return static_cast<int64_t>(n);
-}
+int64_t envLimit(const char* name, int64_t fallback) { return envInt(name, fallback, /*min=*/1); }
 
 }  // namespace
 

@@ -62,4 +62,19 @@ bool isDumpEnabled(DumpOption opt) { return options().dump[static_cast<size_t>(o
 bool isDisabled(DisableOption opt) { return options().disable[static_cast<size_t>(opt)]; }
 void reloadOptions() { options().load(); }
 
+std::string envString(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::string(v) : fallback;
+}
+
+int64_t envInt(const char* name, int64_t fallback, int64_t min) {
+  std::string v = envString(name);
+  if (v.empty()) return fallback;
+  char* end = nullptr;
+  long long n = std::strtoll(v.c_str(), &end, 10);
+  MF_USER_CHECK(end != v.c_str() && *end == '\0', "environment variable ", name, "=", v, " is not an integer");
+  MF_USER_CHECK(n >= min, "environment variable ", name, "=", v, ": expected an integer >= ", min);
+  return static_cast<int64_t>(n);
+}
+
 }  // namespace mf

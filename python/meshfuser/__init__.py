@@ -5,6 +5,7 @@ import torch  # noqa: F401  (loads libtorch before the extension)
 import torch.distributed  # noqa: F401  (registers c10d types the extension returns)
 
 from . import _C
+from . import _logging
 from ._C import DataType, ParallelType, Error, ArgumentError, InternalError, __version__
 from .mesh import DeviceMesh
 from .distributed import Communicator
@@ -12,6 +13,8 @@ from .fusion_definition import FusionDefinition, TensorView, shard_tensor
 from .profiler import Profiler, PythonProfiler
 from . import dtensor  # noqa: F401  (meshfuser.dtensor after `import meshfuser`)
 from ._C import set_cache_limits, compile_counters
+
+_logging.install()
 
 # The folder to put on CMAKE_PREFIX_PATH for find_package(meshfuser) (C++ API: headers,
 # libmeshfuser and the CMake package ship inside the installed package, as PyTorch's do).

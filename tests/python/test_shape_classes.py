@@ -141,7 +141,12 @@ def test_host_program_prints_the_segmentation():
     assert "[cast, relu, cast]: generated pointwise: vec 8" in text, text
 
 
-def test_recompile_dump_names_the_change(capfd, monkeypatch):
+def _dumped(caplog, topic):
+    """Lines of one MESHFUSER_DUMP topic, as logged (meshfuser's output goes through `logging`)."""
+    return [line for r in caplog.records if r.name == f"meshfuser.{topic}" for line in r.getMessage().splitlines()]
+
+
+def test_recompile_dump_names_the_change(caplog, monkeypatch):
     meshfuser._C.clear_caches()
     monkeypatch.setenv("MESHFUSER_DUMP", "recompile")
     meshfuser._C.reload_options()
@@ -155,14 +160,14 @@ def test_recompile_dump_names_the_change(capfd, monkeypatch):
     finally:
         monkeypatch.delenv("MESHFUSER_DUMP")
         meshfuser._C.reload_options()
-    out = capfd.readouterr().out
-    lines = [line for line in out.splitlines() if "recompile" in line]
-    assert lines[0] == "meshfuser: recompile: first call of the definition", out
+    lines = _dumped(caplog, "recompile")
+    out = "\n".join(lines)
+    assert lines[0] == "[meshfuser rank 0] recompile: first call of the definition", out
     assert len(lines) == 2, out
     assert "new shape class (input 0: Float on cpu, 2-D" in lines[1] and "-> Double on cpu" in lines[1], out
 
 
-def test_recompile_dump_names_a_new_kernel_for_other_extents(capfd, monkeypatch):
+def test_recompile_dump_names_a_new_kernel_for_other_extents(caplog, monkeypatch):
     meshfuser._C.clear_caches()
     with FusionDefinition() as fd:
         norm_patterns.softmax(fd, BF, -1, -1)
@@ -175,7 +180,7 @@ def test_recompile_dump_names_a_new_kernel_for_other_extents(capfd, monkeypatch)
     finally:
         monkeypatch.delenv("MESHFUSER_DUMP")
         meshfuser._C.reload_options()
-    lines = [line for line in capfd.readouterr().out.splitlines() if "recompile" in line]
+    lines = _dumped(caplog, "recompile")
     assert len(lines) == 1, lines
     assert "inputs of sizes [[1000, 16384]] (planned for [[1000, 4096]]) need a new kernel: normalization:" in lines[0]
 
