@@ -4,12 +4,13 @@ torch.fx's CapabilityBasedPartitioner groups the nodes meshfuser supports (aten_
 checks, and dtypes/shapes meshfuser takes) into partitions without cycles; each partition becomes a
 MeshfuserProgram, everything else stays an ATen call in the graph. A partition made only of views
 stays on ATen too (a view there costs nothing; a program would copy). `MESHFUSER_DUMP=partitions`
-prints the report: each partition with its ops, and each node that runs on ATen with the reason.
+prints the report (logger "meshfuser.partitions"): each partition with its ops, and each node that
+runs on ATen with the reason.
 """
 import collections
+import logging
 import operator
 import os
-import sys
 
 import torch
 import torch.fx as fx
@@ -101,7 +102,7 @@ class Report:
         self.programs = []     # the MeshfuserPrograms, in partition order (their definitions, host programs)
 
     def __str__(self):
-        lines = [f"[meshfuser partitions] {self.title}: {len(self.partitions)} meshfuser partition(s), "
+        lines = [f"partitions {self.title}: {len(self.partitions)} meshfuser partition(s), "
                  f"{len(self.eager)} node(s) on ATen" + (f", {len(self.views)} view(s) on ATen" if self.views else "")]
         for name, ops in self.partitions:
             listed = ", ".join(f"{op} x{n}" if n > 1 else op for op, n in sorted(ops.items()))
@@ -125,6 +126,15 @@ def clear_reports():
 
 def dump_enabled():
     return "partitions" in os.environ.get("MESHFUSER_DUMP", "").split(",")
+
+
+def _log(report):
+    """Through meshfuser's one output channel: logger "meshfuser.partitions", every line prefixed
+    with the rank, as the C++ dumps are."""
+    import torch.distributed as dist
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    text = "\n".join(f"[meshfuser rank {rank}] {line}" for line in str(report).splitlines())
+    logging.getLogger("meshfuser.partitions").info(text)
 
 
 def partition(gm: fx.GraphModule, title, mesh=None):
@@ -175,5 +185,5 @@ def partition(gm: fx.GraphModule, title, mesh=None):
     fused.recompile()
     _REPORTS.append(report)
     if dump_enabled():
-        print(report, file=sys.stderr, flush=True)
+        _log(report)
     return fused, report
