@@ -59,6 +59,11 @@ void checkQkv(Fusion& f, const char* op, TensorView* q, TensorView* k, TensorVie
     MF_USER_ARG_CHECK(hk.value > 0 && hq.value % hk.value == 0, op, ": query ", q->toString(), " has ", hq.value,
                       " heads (axis ", heads, ") and key ", k->toString(), " has ", hk.value,
                       "; grouped-query attention needs the query heads to be a multiple of the key/value heads");
+    // One key/value head for several query heads (multi-query attention) would be an extent-1 axis
+    // that a head split cannot follow; the caller repeats k and v (expand) to the query heads.
+    MF_USER_ARG_CHECK(hk.value > 1 || hq.value == hk.value, op, ": key ", k->toString(),
+                      " has 1 head for the ", hq.value, " heads of query ", q->toString(),
+                      " (multi-query attention); repeat k and v to the query heads, or give them 2 or more heads");
   } else {
     requireSameExtent(f, op, q, heads, k, heads, "the number of heads (grouped-query heads need constant counts)");
   }

@@ -7,7 +7,8 @@ Without dropout none of them matters, so `prepare_attention` (run on every graph
 partitioning) replaces the pair by `meshfuser::attention` / `meshfuser::attention_backward`, which
 take and return tensors only: meshfuser runs them, or ATen runs PyTorch's flash kernels for them.
 Tracing prefers flash attention (`flash_first`), so that the graph holds the kernel meshfuser has.
-Grouped-query attention (fewer key/value heads) goes to sdpfa as it is (meshfuser takes it).
+Grouped-query attention (fewer key/value heads) goes to sdpfa as it is (meshfuser takes it), but
+multi-query attention (one key/value head) stays on ATen.
 """
 import contextlib
 import operator
@@ -137,7 +138,19 @@ def _four_d(node):
     return all(a.meta["val"].dim() == 4 for a in node.args[:3])
 
 
+def _one_kv_head(node, q_index):
+    """Multi-query attention (one key/value head for several query heads): meshfuser's sdpfa wants
+    k and v with 2+ heads or as many as q, so it stays on ATen."""
+    q, k = node.args[q_index].meta["val"], node.args[q_index + 1].meta["val"]
+    return q.dim() == 4 and k.dim() == 4 and k.shape[1] == 1 and q.shape[1] > 1
+
+
+MQA = "multi-query attention (one key/value head): meshfuser's sdpfa takes 2+ key/value heads"
+
+
 def _attention_check(node):
+    if _one_kv_head(node, 0):
+        return MQA
     if node.kwargs.get("attn_mask") is not None:
         return "attention with an explicit mask (meshfuser takes is_causal only)"
     dropout = node.args[3] if len(node.args) > 3 else node.kwargs.get("dropout_p", 0.0)
@@ -153,6 +166,8 @@ def _attention_cpu(b, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None
 
 
 def _attention_bwd_check(node):
+    if _one_kv_head(node, 1):
+        return MQA
     if node.kwargs.get("attn_mask") is not None:
         return "attention with an explicit mask (meshfuser takes is_causal only)"
     if node.args[6]:
@@ -169,6 +184,8 @@ def _attention_cpu_bwd(b, grad, q, k, v, out, lse, dropout_p, is_causal, *, attn
 
 
 def _meshfuser_attention_check(node):
+    if _one_kv_head(node, 1 if node.target == ATTENTION_BACKWARD else 0):
+        return MQA
     return None if all(a.meta["val"].dim() == 4 for a in node.args[:3]) else \
         "attention on tensors that are not [batch, heads, seq, dim]"
 

@@ -216,8 +216,8 @@ def test_llama_decoder_layer_tensor_parallel(multidevice_test):
     from transformers import LlamaConfig
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
     d = multidevice_test.size
-    config = LlamaConfig(hidden_size=16 * d, intermediate_size=32 * d, num_attention_heads=2 * d,
-                         num_key_value_heads=d, num_hidden_layers=1)
+    config = LlamaConfig(hidden_size=16 * d, intermediate_size=32 * d, num_attention_heads=4 * d,
+                         num_key_value_heads=2 * d, num_hidden_layers=1)
     config._attn_implementation = "sdpa"
     plan = {f"layer.self_attn.{n}": ColwiseParallel() for n in ("q_proj", "k_proj", "v_proj")}
     plan |= {"layer.self_attn.o_proj": RowwiseParallel(), "layer.mlp.gate_proj": ColwiseParallel(),
@@ -294,8 +294,8 @@ def test_llama_decoder_layer_sequence_parallel(multidevice_test):
     from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,
                                                    parallelize_module)
     d, r, dev = multidevice_test.size, multidevice_test.rank, multidevice_test.device
-    config = LlamaConfig(hidden_size=16 * d, intermediate_size=32 * d, num_attention_heads=2 * d,
-                         num_key_value_heads=d, num_hidden_layers=1)
+    config = LlamaConfig(hidden_size=16 * d, intermediate_size=32 * d, num_attention_heads=4 * d,
+                         num_key_value_heads=2 * d, num_hidden_layers=1)
     config._attn_implementation = "sdpa"
     reference = _LlamaWithRope(config).to(dev)
     sharded = copy.deepcopy(reference)
