@@ -119,6 +119,7 @@ def main():
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--no-backward", action="store_true")
+    parser.add_argument("--breakdown", action="store_true", help="torch.profiler kernel classes per impl")
     args = parser.parse_args()
 
     comm = meshfuser.Communicator.instance()
@@ -200,6 +201,18 @@ def main():
                 r[f"{key[:-3]}_vs_eager"] = base["eager"][key] / r[key]
             if key in r and "torch.compile" in base and key in base["torch.compile"]:
                 r[f"{key[:-3]}_vs_compile"] = base["torch.compile"][key] / r[key]
+    if args.breakdown and cuda:
+        from kernel_breakdown import breakdown_ms, print_breakdown
+        impls = {"meshfuser": (mf_forward, mf_step), "eager": (eager, step(eager))}
+        if compiled is not None:
+            impls["torch.compile"] = (compiled, step(compiled))
+        with torch.no_grad():
+            fwd_parts = {name: breakdown_ms(f) for name, (f, _) in impls.items()}
+        step_parts = {} if args.no_backward else {name: breakdown_ms(st) for name, (_, st) in impls.items()}
+        if rank == 0:
+            print_breakdown("GPT block forward", fwd_parts)
+            if step_parts:
+                print_breakdown("GPT block forward+backward", step_parts)
     if rank == 0:
         title = (f"GPT block, {args.form.upper()} on {d} rank(s) ({device.type}), b={b} s={s} e={e} heads={h}, "
                  f"{str(dtype).split('.')[-1]} (ratios: above 1 means meshfuser is faster)")

@@ -4,6 +4,7 @@
 
 #include "bindings/bind.h"
 #include "multidevice/communicator.h"
+#include "runtime/agreement.h"
 
 namespace py = pybind11;
 
@@ -15,8 +16,14 @@ void bindCommunicator(py::module& m) {
   py::module_::import("torch.distributed");
   auto comm = py::class_<Communicator, std::unique_ptr<Communicator, py::nodelete>>(m, "_Communicator");
   comm.def_static("instance", &Communicator::instance, py::return_value_policy::reference)
+      // Without the GIL: the control transport's set-up exchanges go over Gloo.
       .def("init", &Communicator::init, py::arg("world_group"), py::arg("cpu_group"), py::arg("rank"), py::arg("size"),
-           py::arg("local_rank"), py::arg("local_size"))
+           py::arg("local_rank"), py::arg("local_size"), py::call_guard<py::gil_scoped_release>())
+      .def("control_transport", &Communicator::controlTransport)
+      // One control round (tests and benchmarks of the transport): every rank's values, rank-major.
+      .def("exchange", [](Communicator& c, const std::vector<int64_t>& v) { return c.exchange(v, "a Python exchange"); },
+           py::arg("values"), py::call_guard<py::gil_scoped_release>())
+      .def("farewell", [](Communicator& c) { return farewell(c); }, py::call_guard<py::gil_scoped_release>())
       .def("initialized", &Communicator::initialized)
       // Without the GIL: releasing a Gloo group joins its workers, which may need the GIL to free a
       // Python-owned tensor (holding it here hung dist.destroy_process_group() at exit).

@@ -3,6 +3,8 @@
 #include <torch/csrc/autograd/python_variable.h>
 #include <torch/csrc/utils/pybind.h>
 
+#include <functional>
+#include <list>
 #include <mutex>
 #include <optional>
 #include <unordered_map>
@@ -10,6 +12,7 @@
 #include "bindings/bind.h"
 #include "ir/printer.h"
 #include "multidevice/sharding.h"
+#include "runtime/agreement.h"
 #include "runtime/executor.h"
 #include "runtime/profiler.h"
 #include "support/error.h"
@@ -23,9 +26,52 @@ namespace {
 
 // Executor caches shared by every definition that prints the same (ops + schedule, constants at
 // full precision). Keyed by the whole text, not a hash of it: two definitions must never share a
-// program by a hash collision.
-std::unordered_map<std::string, std::shared_ptr<FusionExecutorCache>>& globalCaches() {
-  static std::unordered_map<std::string, std::shared_ptr<FusionExecutorCache>> caches;
+// program by a hash collision. Bounded: past kUnusedDefinitions caches that no FusionDefinition
+// holds any more, the least recently used of those go (a definition defined, run and dropped in a
+// loop does not grow the process; one still alive keeps its cache through its handle).
+constexpr size_t kUnusedDefinitions = 256;
+
+class DefinitionCaches {
+ public:
+  std::shared_ptr<FusionExecutorCache> find(const std::string& text, const std::function<std::shared_ptr<FusionExecutorCache>()>& make) {
+    auto it = entries_.find(text);
+    if (it != entries_.end()) {
+      order_.splice(order_.begin(), order_, it->second.second);
+      return it->second.first;
+    }
+    order_.push_front(text);
+    auto cache = make();
+    entries_.emplace(text, std::make_pair(cache, order_.begin()));
+    trim();
+    return cache;
+  }
+  void clear() {
+    entries_.clear();
+    order_.clear();
+  }
+  size_t size() const { return entries_.size(); }
+
+ private:
+  // Drops the least recently used caches no handle holds, past the bound.
+  void trim() {
+    size_t unused = 0;
+    for (const auto& [text, entry] : entries_) unused += entry.first.use_count() == 1 ? 1 : 0;
+    for (auto it = order_.end(); unused > kUnusedDefinitions && it != order_.begin();) {
+      --it;
+      auto entry = entries_.find(*it);
+      if (entry->second.first.use_count() != 1) continue;
+      entries_.erase(entry);
+      it = order_.erase(it);
+      --unused;
+    }
+  }
+  std::unordered_map<std::string, std::pair<std::shared_ptr<FusionExecutorCache>, std::list<std::string>::iterator>>
+      entries_;
+  std::list<std::string> order_;  // most recently used first
+};
+
+DefinitionCaches& globalCaches() {
+  static DefinitionCaches caches;
   return caches;
 }
 
@@ -35,20 +81,15 @@ class FusionHandle {
   explicit FusionHandle(std::shared_ptr<Fusion> fusion) : fusion_(std::move(fusion)) {}
 
   std::vector<at::Tensor> execute(const py::list& args) {
+    ++entered_;
+    setThreadTag();
     FusionExecutorCache& cache = this->cache();
     std::vector<RuntimeValue> inputs;
     try {
       inputs = toInputs(args);
-    } catch (const UserError& e) {
+    } catch (const std::exception& e) {
       // This rank still takes part in the call's agreement, so the others are told, not left waiting.
-      {
-        py::gil_scoped_release release;
-        try {
-          cache.refuseCall(e.what());
-        } catch (const std::exception&) {
-          // this rank raises its own error below
-        }
-      }
+      refuse(e.what());
       throw;
     }
     std::shared_ptr<FusionExecutor> used;
@@ -59,6 +100,38 @@ class FusionHandle {
     }
     last_ = used;  // this definition's own last program (identical definitions share the cache); under the GIL
     return outputs;
+  }
+
+  // A call that failed before reaching execute() (in the Python layer): this rank takes part in the
+  // call's agreement with `error`, so that every other rank raises too.
+  void refuse(const std::string& error) {
+    setThreadTag();
+    FusionExecutorCache& cache = this->cache();
+    py::gil_scoped_release release;
+    try {
+      cache.refuseCall(error.empty() ? std::string("the call failed on this rank before it started") : error);
+    } catch (const std::exception&) {
+      // this rank raises its own error
+    }
+  }
+  // execute() calls so far (the Python layer tells whether a failure happened before one).
+  int64_t entered() const { return entered_; }
+
+  // callThreadTag for this OS thread, from the Python thread's name (once per thread).
+  static void setThreadTag() {
+    thread_local bool set = false;
+    if (set) return;
+    set = true;
+    py::module_ threading = py::module_::import("threading");
+    py::object current = threading.attr("current_thread")();
+    if (current.is(threading.attr("main_thread")())) return;  // tag 0
+    std::string name = py::str(current.attr("name"));
+    if (py::isinstance(current, threading.attr("_DummyThread"))) name = "a thread Python did not start";
+    uint64_t h = 1469598103934665603ull;  // FNV-1a: the same on every rank
+    for (unsigned char c : name) h = (h ^ c) * 1099511628211ull;
+    int64_t tag = static_cast<int64_t>(h >> 1) | 1;  // never 0 (the main thread)
+    registerThreadName(tag, name);
+    callThreadTag() = tag;
   }
 
   std::vector<std::string> cudaKernels(const py::list& args) {
@@ -98,7 +171,11 @@ class FusionHandle {
         rv.scalar = a.cast<bool>();
       } else if (py::isinstance<py::int_>(a)) {
         rv.is_tensor = false;
-        rv.scalar = a.cast<int64_t>();
+        int overflow = 0;
+        long long value = PyLong_AsLongLongAndOverflow(a.ptr(), &overflow);
+        MF_USER_ARG_CHECK(overflow == 0, "execute: input ", inputs.size(), " is the integer ",
+                          std::string(py::str(a)), ", outside the int64 range of integer scalars");
+        rv.scalar = static_cast<int64_t>(value);
       } else if (py::isinstance<py::float_>(a)) {
         rv.is_tensor = false;
         rv.scalar = a.cast<double>();
@@ -114,9 +191,9 @@ class FusionHandle {
   FusionExecutorCache& cache() {
     if (cache_ == nullptr || version_ != fusion_->version()) {
       MF_USER_CHECK(fusion_->outputs().size() > 0, "execute: the fusion has no outputs; call add_output");
-      auto& slot = globalCaches()[printFusion(*fusion_)];
-      if (slot == nullptr) slot = std::make_shared<FusionExecutorCache>(std::shared_ptr<const Fusion>(fusion_->clone()));
-      cache_ = slot;
+      cache_ = globalCaches().find(printFusion(*fusion_), [&] {
+        return std::make_shared<FusionExecutorCache>(std::shared_ptr<const Fusion>(fusion_->clone()));
+      });
       version_ = fusion_->version();
       last_ = nullptr;
     }
@@ -148,6 +225,7 @@ class FusionHandle {
   std::shared_ptr<FusionExecutorCache> cache_;
   std::shared_ptr<FusionExecutor> last_;  // kept alive past its eviction from cache_
   int64_t version_ = -1;
+  int64_t entered_ = 0;
 };
 
 }  // namespace
@@ -156,6 +234,8 @@ void bindRuntime(py::module& m) {
   py::class_<FusionHandle>(m, "FusionHandle")
       .def(py::init<std::shared_ptr<Fusion>>())
       .def("execute", &FusionHandle::execute, py::arg("inputs"))
+      .def("refuse", &FusionHandle::refuse, py::arg("error"))
+      .def_property_readonly("entered", &FusionHandle::entered)
       .def("cuda_kernels", &FusionHandle::cudaKernels, py::arg("inputs"))
       .def("meta_outputs", &FusionHandle::metaOutputs, py::arg("inputs"))
       .def(

@@ -45,9 +45,22 @@ void checkQkv(Fusion& f, const char* op, TensorView* q, TensorView* k, TensorVie
   MF_USER_ARG_CHECK(dt == DataType::Float || dt == DataType::Half || dt == DataType::BFloat16, op, ": query ",
                     q->toString(), " is ", toString(dt), "; expected float, half or bfloat16");
   size_t lead = rankOf(q) - 2;
-  for (size_t a = 0; a < lead; ++a) {
-    requireSameExtent(f, op, q, a, k, a, "a batch or head extent (grouped-query heads are not supported)");
-    requireSameExtent(f, op, q, a, v, a, "a batch or head extent (grouped-query heads are not supported)");
+  const size_t heads = lead - 1;
+  for (size_t a = 0; a < heads; ++a) {
+    requireSameExtent(f, op, q, a, k, a, "a batch extent");
+    requireSameExtent(f, op, q, a, v, a, "a batch extent");
+  }
+  requireSameExtent(f, op, k, heads, v, heads, "the number of key/value heads");
+  // Grouped-query attention (Llama 3, Mistral): k and v may have fewer heads than q when both
+  // counts are known and divide; query head h reads key/value head h / (q heads / kv heads).
+  const Extent& hq = q->logicalNoReductions().at(heads)->extent();
+  const Extent& hk = k->logicalNoReductions().at(heads)->extent();
+  if (hq.isConst() && hk.isConst()) {
+    MF_USER_ARG_CHECK(hk.value > 0 && hq.value % hk.value == 0, op, ": query ", q->toString(), " has ", hq.value,
+                      " heads (axis ", heads, ") and key ", k->toString(), " has ", hk.value,
+                      "; grouped-query attention needs the query heads to be a multiple of the key/value heads");
+  } else {
+    requireSameExtent(f, op, q, heads, k, heads, "the number of heads (grouped-query heads need constant counts)");
   }
   requireSameExtent(f, op, k, lead, v, lead, "the key/value sequence length");
   requireSameExtent(f, op, q, lead + 1, k, lead + 1, "head_dim of query and key");

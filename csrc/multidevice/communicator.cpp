@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "multidevice/communicator_control_shm.h"
 #include "multidevice/process_group.h"
 #include "support/error.h"
 
@@ -29,8 +30,11 @@ void Communicator::init(const std::string& world_group, const std::string& cpu_g
   for (int64_t i = 0; i < size; ++i) everyone[i] = i;
   teams_[everyone] = world_;
   rounds_ = 0;
+  calls_.clear();
+  total_calls_ = 0;
   broken_reason_.clear();
   initialized_ = true;
+  setUpControlTransport();
 }
 
 namespace {
@@ -66,9 +70,11 @@ void Communicator::initFromGroups(c10::intrusive_ptr<c10d::ProcessGroup> world,
   teams_[everyone] = world_;
   id_ = nextCommunicatorId();
   initialized_ = true;
+  setUpControlTransport();
 }
 
 Communicator::~Communicator() {
+  leaveStore();
   if (!owns_groups_) return;
   try {
     for (auto& [team, group] : teams_) {
@@ -83,10 +89,12 @@ Communicator::~Communicator() {
 void Communicator::shutdown() {
   // The bindings call this without the GIL: dropping the last reference to a Gloo group joins its
   // worker threads, and one of them may be freeing a Python-owned tensor (which takes the GIL).
+  leaveStore();
   teams_.clear();
   world_.reset();
   cpu_.reset();
   control_store_.reset();
+  shm_.reset();
   team_factory_ = nullptr;
   initialized_ = false;
 }
@@ -169,6 +177,11 @@ Communicator::PendingExchange Communicator::postExchange(const std::vector<int64
     return p;
   }
   p.out = at::empty({n * size_}, at::kLong);
+  if (shm_ && n <= ShmControl::kCapacity) {
+    shm_->post(rounds_, p.in.data_ptr<int64_t>(), n);
+    p.shm_round = rounds_;
+    return p;
+  }
   if (control_store_) {
     postToStore(p);
     return p;
@@ -182,6 +195,17 @@ Communicator::PendingExchange Communicator::postExchange(const std::vector<int64
 }
 
 std::vector<int64_t> Communicator::finishExchange(PendingExchange& p) {
+  if (p.shm_round >= 0) {
+    const int64_t round = p.shm_round;
+    p.shm_round = -1;
+    try {
+      std::vector<int64_t> all = shm_->collect(round, p.in.numel(), control_timeout_s_);
+      std::copy(all.begin(), all.end(), p.out.data_ptr<int64_t>());
+    } catch (const std::runtime_error& e) {
+      failExchange(p.what, e);
+    }
+    return std::vector<int64_t>(p.out.data_ptr<int64_t>(), p.out.data_ptr<int64_t>() + p.out.numel());
+  }
   if (p.store_round >= 0) finishFromStore(p);
   if (p.work) {
     try {
@@ -209,6 +233,7 @@ void Communicator::failExchange(const std::string& what, const std::exception& e
 
 void Communicator::markBroken(const std::string& reason) {
   if (broken_reason_.empty()) broken_reason_ = reason;
+  if (shm_) shm_->abandon();
 }
 
 void Communicator::checkUsable() const {

@@ -9,6 +9,8 @@
 
 #include <functional>
 #include <map>
+#include <mutex>
+#include <unordered_map>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,8 @@
 #include "ir/types.h"
 
 namespace mf {
+
+class ShmControl;
 
 class Communicator {
  public:
@@ -71,9 +75,32 @@ class Communicator {
     at::Tensor in, out;
     std::string what;
     int64_t store_round = -1;  // >= 0: posted to the control store in this round
+    int64_t shm_round = -1;    // >= 0: posted to the shared-memory segment in this round
   };
   PendingExchange postExchange(const std::vector<int64_t>& mine, const std::string& what);
   std::vector<int64_t> finishExchange(PendingExchange& pending);
+  // Numbers the calls of a definition (its fingerprint) on this rank: 1, 2, ... A small map entry
+  // per definition ever called; compared across ranks by the per-call agreement.
+  int64_t nextCall(uint64_t fingerprint) {
+    ++total_calls_;
+    return ++calls_[fingerprint];
+  }
+  int64_t totalCalls() const { return total_calls_; }
+  // After the ranks found their calls out of step, each takes the highest call number any rank
+  // reached for each definition seen, so that the next calls agree again.
+  void syncCall(uint64_t fingerprint, int64_t call) {
+    int64_t& mine = calls_[fingerprint];
+    if (call > mine) mine = call;
+  }
+  // Held for the whole of a multi-rank call: calls from several threads run one at a time.
+  std::mutex& callMutex() { return call_mutex_; }
+  // The control transport: "shm" (one host, the default), "gloo" or "store".
+  std::string controlTransport() const;
+  // Shutting down: with the shared-memory transport, posts a farewell (`farewell`, a message as
+  // long as a call header) in place of this rank's next round without waiting, so that a rank still
+  // calling learns at once that this one made fewer calls. Returns, per other rank already in a
+  // round this rank never joins, that rank and its message there (else empty).
+  std::vector<std::pair<int64_t, std::vector<int64_t>>> leave(const std::vector<int64_t>& farewell);
   // Rounds of exchange() so far on this rank (equal on every rank while the ranks are in step).
   int64_t rounds() const { return rounds_; }
   // After a collective failed (timed out, a peer died) the groups hold unmatched operations: every
@@ -81,6 +108,10 @@ class Communicator {
   void markBroken(const std::string& reason);
   bool broken() const { return !broken_reason_.empty(); }
   void checkUsable() const;
+
+  // Data operations posted so far on this rank (a call that fails before posting any leaves its
+  // groups clean).
+  int64_t posts() const { return posts_; }
 
   // Collectives over a team (ranks ascending). Asynchronous: the returned work is waited on by the
   // caller; for NCCL, wait() makes the current stream wait, not the host. Inputs are checked
@@ -92,12 +123,19 @@ class Communicator {
   c10::intrusive_ptr<c10d::Work> broadcast(const std::vector<int64_t>& team, at::Tensor t, int64_t root);
   c10::intrusive_ptr<c10d::Work> send(const std::vector<int64_t>& team, at::Tensor t, int64_t peer);
   c10::intrusive_ptr<c10d::Work> recv(const std::vector<int64_t>& team, at::Tensor t, int64_t peer);
+  // CUDA tensors travel over Gloo (MESHFUSER_CUDA_BACKEND=gloo): the test mode in which several
+  // ranks share one GPU, which NCCL refuses. fd.host_program() says so.
+  bool cudaOverGloo();
 
   // Position of `rank` in `team`.
   static int64_t indexIn(const std::vector<int64_t>& team, int64_t rank);
 
  private:
+  // Chooses the control transport after the groups are set (MESHFUSER_CONTROL_TRANSPORT).
+  void setUpControlTransport();
   void postToStore(PendingExchange& p);
+  void waitForStoreKey(const std::string& key, int64_t peer, int64_t round);
+  void leaveStore();  // tells the others this rank shut down (store transport)
   void finishFromStore(PendingExchange& p);
   std::string controlKey(int64_t round, int64_t rank) const;
   [[noreturn]] void failExchange(const std::string& what, const std::exception& e);
@@ -111,10 +149,17 @@ class Communicator {
   c10::intrusive_ptr<c10d::ProcessGroup> cpu_;
   // Set when control messages travel through the rendezvous store (no CPU backend available).
   c10::intrusive_ptr<c10d::Store> control_store_;
+  // Set when control messages travel through shared memory (every rank on this host).
+  std::shared_ptr<ShmControl> shm_;
+  double control_timeout_s_ = 120;
   TeamFactory team_factory_;
   int64_t id_ = 0;  // distinguishes the teams of several Communicators on one world group
   std::map<std::vector<int64_t>, c10::intrusive_ptr<c10d::ProcessGroup>> teams_;
   int64_t rounds_ = 0;
+  int64_t posts_ = 0;
+  std::unordered_map<uint64_t, int64_t> calls_;
+  int64_t total_calls_ = 0;
+  std::mutex call_mutex_;
   std::string broken_reason_;
   bool owns_groups_ = false;
 };

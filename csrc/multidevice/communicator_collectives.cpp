@@ -30,7 +30,39 @@ void checkBuffers(const char* what, const at::Tensor& out, const at::Tensor& in)
   MF_USER_ARG_CHECK(out.device() == in.device(), what, ": output is on ", out.device(), " but input is on ", in.device());
 }
 
+// Gloo takes CUDA tensors for its collectives but not for point-to-point messages: with CUDA
+// tensors on Gloo (MESHFUSER_CUDA_BACKEND=gloo, the shared-GPU test mode) a send goes from a host
+// copy and a receive lands in a host buffer copied to the device when the receive is waited on.
+bool stagesThroughHost(const c10::intrusive_ptr<c10d::Backend>& b, const at::Tensor& t) {
+  return t.is_cuda() && b->getBackendName() == "gloo";
+}
+
+class StagedRecvWork : public c10d::Work {
+ public:
+  StagedRecvWork(c10::intrusive_ptr<c10d::Work> inner, at::Tensor host, at::Tensor device)
+      : inner_(std::move(inner)), host_(std::move(host)), device_(std::move(device)) {}
+  bool wait(std::chrono::milliseconds timeout) override {
+    bool done = inner_->wait(timeout);
+    device_.copy_(host_);
+    return done;
+  }
+  bool isCompleted() override { return inner_->isCompleted(); }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> inner_;
+  at::Tensor host_, device_;
+};
+
 }  // namespace
+
+bool Communicator::cudaOverGloo() {
+  if (!initialized_ || size_ == 1) return false;
+  try {
+    return world_->getBackend(c10::DeviceType::CUDA)->getBackendName() == "gloo";
+  } catch (const c10::Error&) {  // no backend for CUDA tensors
+    return false;
+  }
+}
 
 c10::intrusive_ptr<c10d::Work> Communicator::allgather(const std::vector<int64_t>& team, at::Tensor out, at::Tensor in) {
   checkBuffers("allgather", out, in);
@@ -40,6 +72,7 @@ c10::intrusive_ptr<c10d::Work> Communicator::allgather(const std::vector<int64_t
   auto b = backend(team, in.device().type());
   at::Tensor flat_out = out.view({-1});
   at::Tensor flat_in = in.view({-1});
+  ++posts_;  // counted before: a post that throws half-way may have reached the peers
   return b->_allgather_base(flat_out, flat_in);
 }
 
@@ -54,6 +87,7 @@ c10::intrusive_ptr<c10d::Work> Communicator::reduceScatter(const std::vector<int
   opts.reduceOp = toReduceOp(op);
   at::Tensor flat_out = out.view({-1});
   at::Tensor flat_in = in.view({-1});
+  ++posts_;  // counted before: a post that throws half-way may have reached the peers
   return b->_reduce_scatter_base(flat_out, flat_in, opts);
 }
 
@@ -63,6 +97,7 @@ c10::intrusive_ptr<c10d::Work> Communicator::allreduce(const std::vector<int64_t
   c10d::AllreduceOptions opts;
   opts.reduceOp = toReduceOp(op);
   std::vector<at::Tensor> ts = {t};
+  ++posts_;  // counted before: a post that throws half-way may have reached the peers
   return b->allreduce(ts, opts);
 }
 
@@ -75,6 +110,7 @@ c10::intrusive_ptr<c10d::Work> Communicator::allToAll(const std::vector<int64_t>
   std::vector<int64_t> splits;  // empty: equal splits
   at::Tensor flat_out = out.view({-1});
   at::Tensor flat_in = in.view({-1});
+  ++posts_;  // counted before: a post that throws half-way may have reached the peers
   return b->alltoall_base(flat_out, flat_in, splits, splits);
 }
 
@@ -85,18 +121,27 @@ c10::intrusive_ptr<c10d::Work> Communicator::broadcast(const std::vector<int64_t
   c10d::BroadcastOptions opts;
   opts.rootRank = root_index;
   std::vector<at::Tensor> ts = {t};
+  ++posts_;  // counted before: a post that throws half-way may have reached the peers
   return b->broadcast(ts, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> Communicator::send(const std::vector<int64_t>& team, at::Tensor t, int64_t peer) {
   auto b = backend(team, t.device().type());
-  std::vector<at::Tensor> ts = {t};
+  std::vector<at::Tensor> ts = {stagesThroughHost(b, t) ? t.cpu() : t};
+  ++posts_;  // counted before: a post that throws half-way may have reached the peers
   return b->send(ts, static_cast<int>(indexIn(team, peer)), 0);
 }
 
 c10::intrusive_ptr<c10d::Work> Communicator::recv(const std::vector<int64_t>& team, at::Tensor t, int64_t peer) {
   auto b = backend(team, t.device().type());
+  if (stagesThroughHost(b, t)) {
+    std::vector<at::Tensor> host = {at::empty_like(t, t.options().device(at::kCPU))};
+    ++posts_;
+    auto work = b->recv(host, static_cast<int>(indexIn(team, peer)), 0);
+    return c10::make_intrusive<StagedRecvWork>(std::move(work), host[0], t);
+  }
   std::vector<at::Tensor> ts = {t};
+  ++posts_;  // counted before: a post that throws half-way may have reached the peers
   return b->recv(ts, static_cast<int>(indexIn(team, peer)), 0);
 }
 

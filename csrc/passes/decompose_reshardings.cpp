@@ -392,7 +392,7 @@ bool decomposeOne(Fusion& f, Expr* e) {
   if (e->outputs().size() == 1 && reshardFreshAxesAfter(f, e)) return true;
   bool changed = reshardBefore(f, e);
   // Every rank plans the same program, so every rank raises this, before anything is posted.
-  MF_USER_CHECK(changed && !isResharding(e), e->toString(), ": ", e->out()->toString(),
+  MF_USER_CHECK(changed && !isResharding(e), e->toString(), ": ", e->output(0)->toString(),
                 " is sharded in a way no communication connects to its input's layout (for example a reshape "
                 "that splits or merges an interleaved, inner-split sharded axis into another sharded layout); "
                 "reshard the input first (a set to a layout the op keeps) or annotate the output like the input");

@@ -1,7 +1,9 @@
 #include "runtime/agreement.h"
 
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <map>
 #include <optional>
 
@@ -12,10 +14,7 @@
 namespace mf {
 namespace {
 
-constexpr int64_t kMagic = 0x6d66636c6c;  // identifies a meshfuser call header
-constexpr int64_t kSymbolSlots = 16;
-enum Slot : int64_t { kMagicSlot, kRound, kFingerprint, kOk, kDevice, kNumSymbols, kDetailLength, kStrict, kHeader };
-constexpr int64_t kHeaderLength = kHeader + kSymbolSlots;
+constexpr int64_t kSymbolSlots = kCallHeaderLength - kHeaderSlots;
 
 std::string rankList(const std::vector<int64_t>& ranks) {
   std::string text;
@@ -107,7 +106,99 @@ void compareDetail(const Fusion& f, const std::vector<int64_t>& all, int64_t siz
   }
 }
 
+std::string hex(int64_t v) {
+  char text[24];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(v));
+  return text;
+}
+
+// "call 3 of definition 1a2b... (thread 'MainThread')" for rank r's header.
+std::string callText(const std::vector<int64_t>& all, int64_t r, bool thread) {
+  const int64_t* h = all.data() + r * kCallHeaderLength;
+  if (h[kMagicSlot] == kFarewellMagic) {
+    return mf::str("finished (shut meshfuser down) after ", h[kCall], " call(s) in all");
+  }
+  if (h[kMagicSlot] == kFailedMagic) return "the end of a call that failed there before posting any data";
+  if (h[kMagicSlot] != kCallMagic) return "a message that is not a meshfuser call header";
+  return mf::str("call ", h[kCall], " of definition ", hex(h[kFingerprint]).substr(0, 12),
+                 thread ? mf::str(" from thread '", threadTagName(h[kThread]), "'") : std::string());
+}
+
+// Every rank must be in the same agreement round, on the same call of the same definition, from
+// the same thread: otherwise the ranks are out of step, and every rank raises naming the calls.
+void checkSameCall(Communicator& comm, const std::vector<int64_t>& all, int64_t rank, int64_t size,
+                   uint64_t fingerprint) {
+  auto at = [&](int64_t r, int64_t slot) { return all[r * kCallHeaderLength + slot]; };
+  bool rounds_differ = false, programs_differ = false, calls_differ = false, threads_differ = false;
+  std::vector<int64_t> others;
+  for (int64_t r = 0; r < size; ++r) {
+    bool call = at(r, kMagicSlot) == kCallMagic;
+    // Compared with rank 0's header (every rank names the same ranks).
+    if (!call || at(r, kRound) != at(0, kRound)) rounds_differ = true;
+    else if (at(r, kFingerprint) != at(0, kFingerprint)) programs_differ = true;
+    else if (at(r, kCall) != at(0, kCall)) calls_differ = true;
+    else if (at(r, kThread) != at(0, kThread)) threads_differ = true;
+    else continue;
+    others.push_back(r);
+  }
+  if (others.empty()) return;
+  for (int64_t r = 0; r < size; ++r) {
+    if (at(r, kMagicSlot) == kCallMagic) comm.syncCall(static_cast<uint64_t>(at(r, kFingerprint)), at(r, kCall));
+  }
+  std::vector<std::string> calls(size);
+  for (int64_t r = 0; r < size; ++r) calls[r] = callText(all, r, threads_differ);
+  std::string per_rank = perRank(calls);
+  if (rounds_differ) {
+    std::vector<std::string> rounds(size);
+    for (int64_t r = 0; r < size; ++r) rounds[r] = std::to_string(at(r, kRound));
+    MF_THROW_USER("execute: the ranks are out of step: rank(s) ", rankList(others), " sent a different call than rank 0 (", per_rank, "; agreement round per rank: ", perRank(rounds),
+                  "); an earlier call failed on some ranks only, or a rank skipped, added or ended its calls");
+  }
+  if (programs_differ) {
+    MF_THROW_USER("execute: the ranks are out of step: rank(s) ", rankList(others), " compiled a different program ",
+                  "(definition or sharding schedule) than rank 0 for this call (", per_rank,
+                  "); every rank must execute the same definitions in the same order (a rank that skipped or added ",
+                  "an execute shows up here). This rank's program fingerprint is ", fingerprint);
+  }
+  if (calls_differ) {
+    MF_THROW_USER("execute: the ranks are out of step: rank(s) ", rankList(others), " are at another call of this ",
+                  "definition than rank 0 (", per_rank, "): a rank skipped or added a call of it, so ",
+                  "calls with different numbers would have exchanged data");
+  }
+  MF_THROW_USER("execute: the ranks run this call from different threads (", per_rank, "); calls from several ",
+                "threads are taken one at a time per process, in whatever order the threads come, so the ranks ",
+                "would pair one thread's call with another's. Call execute from the same thread on every rank, ",
+                "or order the threads' calls the same way on every rank");
+}
+
 }  // namespace
+
+namespace {
+std::mutex& threadNamesMutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<int64_t, std::string>& threadNames() {
+  static std::map<int64_t, std::string> names = {{0, "MainThread"}};
+  return names;
+}
+}  // namespace
+
+int64_t& callThreadTag() {
+  thread_local int64_t tag = 0;
+  return tag;
+}
+
+void registerThreadName(int64_t tag, const std::string& name) {
+  std::lock_guard<std::mutex> lock(threadNamesMutex());
+  threadNames()[tag] = name;
+}
+
+std::string threadTagName(int64_t tag) {
+  std::lock_guard<std::mutex> lock(threadNamesMutex());
+  auto it = threadNames().find(tag);
+  return it == threadNames().end() ? "#" + hex(tag).substr(0, 8) : it->second;
+}
 
 bool strictAgreement() {
   const char* v = std::getenv("MESHFUSER_DISTRIBUTED_DEBUG");
@@ -134,16 +225,19 @@ CallAgreement::CallAgreement(Communicator& comm, const Fusion& f, uint64_t finge
     if (rv.is_tensor && rv.tensor.defined()) device = static_cast<int64_t>(rv.tensor.device().type());
   }
   if (strict) detail_ = describeInputs(f, inputs, comm.rank());
-  std::vector<int64_t> header(kHeaderLength, -1);
-  header[kMagicSlot] = kMagic;
+  call_ = comm.nextCall(fingerprint);
+  std::vector<int64_t> header(kCallHeaderLength, -1);
+  header[kMagicSlot] = kCallMagic;
   header[kRound] = comm.rounds() + 1;
   header[kFingerprint] = static_cast<int64_t>(fingerprint);
+  header[kCall] = call_;
+  header[kThread] = callThreadTag();
   header[kOk] = error_.empty() ? 1 : 0;
   header[kDevice] = device;
   header[kNumSymbols] = static_cast<int64_t>(symbols_.size());
   header[kDetailLength] = static_cast<int64_t>(detail_.size());
   header[kStrict] = strict ? 1 : 0;
-  for (int64_t s = 0; s < std::min<int64_t>(kSymbolSlots, extents_.size()); ++s) header[kHeader + s] = extents_[s];
+  for (int64_t s = 0; s < std::min<int64_t>(kSymbolSlots, extents_.size()); ++s) header[kHeaderSlots + s] = extents_[s];
   pending_ = comm.postExchange(header, "the per-call agreement");
 }
 
@@ -174,25 +268,14 @@ void CallAgreement::finish() {
   const auto& detail = detail_;
   const int64_t size = comm.size();
   std::vector<int64_t> all = comm.finishExchange(pending_);
-  auto at = [&](int64_t r, int64_t slot) { return all[r * kHeaderLength + slot]; };
+  auto at = [&](int64_t r, int64_t slot) { return all[r * kCallHeaderLength + slot]; };
 
-  std::vector<int64_t> out_of_step, other_program, other_mode, failed;
+  checkSameCall(comm, all, comm.rank(), size, fingerprint);
+  std::vector<int64_t> other_mode, failed;
   for (int64_t r = 0; r < size; ++r) {
-    if (at(r, kMagicSlot) != kMagic || at(r, kRound) != at(0, kRound)) out_of_step.push_back(r);
-    else if (at(r, kFingerprint) != at(0, kFingerprint)) other_program.push_back(r);
-    else if (at(r, kStrict) != at(0, kStrict)) other_mode.push_back(r);
+    if (at(r, kStrict) != at(0, kStrict)) other_mode.push_back(r);
     if (at(r, kOk) == 0) failed.push_back(r);
   }
-  if (!out_of_step.empty()) {
-    std::vector<std::string> rounds(size);
-    for (int64_t r = 0; r < size; ++r) rounds[r] = std::to_string(at(r, kRound));
-    MF_THROW_USER("execute: the ranks are out of step: rank(s) ", rankList(out_of_step), " sent a different call (",
-                  "agreement round per rank: ", perRank(rounds), "); an earlier call failed on some ranks only");
-  }
-  MF_USER_CHECK(other_program.empty(), "execute: rank(s) ", rankList(other_program),
-                " compiled a different program (definition or sharding schedule) than rank 0 for this call; every rank "
-                "must execute the same definitions in the same order (a rank that skipped or added an execute shows "
-                "up here). This rank's program fingerprint is ", fingerprint);
   MF_USER_CHECK(other_mode.empty(), "execute: MESHFUSER_DISTRIBUTED_DEBUG differs across ranks: rank(s) ",
                 rankList(other_mode), (at(0, kStrict) ? " do not" : " do"), " run strict mode (DETAIL) but rank 0",
                 (at(0, kStrict) ? " does" : " does not"), "; set it to the same value on every rank");
@@ -230,7 +313,7 @@ void CallAgreement::finish() {
     std::optional<int64_t> first;
     bool differ = false;
     for (int64_t r = 0; r < size; ++r) {
-      int64_t x = static_cast<int64_t>(s) < kSymbolSlots ? at(r, kHeader + s) : extra[r * n_extra + (s - kSymbolSlots)];
+      int64_t x = static_cast<int64_t>(s) < kSymbolSlots ? at(r, kHeaderSlots + s) : extra[r * n_extra + (s - kSymbolSlots)];
       if (x < 0 && !scalar) continue;
       values[r] = std::to_string(x);
       if (!first) first = x;
@@ -249,10 +332,55 @@ void CallAgreement::finish() {
     }
     compareDetail(f, comm.exchange(detail, "the strict per-call agreement"), size);
   }
+  agreed_ = true;
+}
+
+std::string farewell(Communicator& comm) {
+  if (!comm.initialized() || comm.size() == 1) return "";
+  std::vector<int64_t> header(kCallHeaderLength, -1);
+  header[kMagicSlot] = kFarewellMagic;
+  header[kRound] = comm.rounds() + 1;
+  header[kCall] = comm.totalCalls();
+  std::string text;
+  for (const auto& [rank, message] : comm.leave(header)) {
+    if (!message.empty() && message[kMagicSlot] == kFarewellMagic) continue;  // it left too
+    std::vector<int64_t> all(kCallHeaderLength * (rank + 1), 0);
+    if (message.size() == static_cast<size_t>(kCallHeaderLength)) {
+      std::copy(message.begin(), message.end(), all.begin() + rank * kCallHeaderLength);
+    }
+    text += mf::str(text.empty() ? "" : "; ", "rank ", rank, " is in ",
+                    message.size() == static_cast<size_t>(kCallHeaderLength) ? callText(all, rank, false)
+                                                                             : std::string("a control round"),
+                    ", which rank ", comm.rank(), " never joins");
+  }
+  if (text.empty()) return "";
+  return mf::str("meshfuser: error: the ranks were out of step: rank ", comm.rank(), " shuts down after ",
+                 comm.totalCalls(), " call(s) in all, but ", text, ". A rank skipped or added a call, so calls ",
+                 "since then may have exchanged data from different calls; their results are not to be trusted.");
+}
+
+void settleFailure(Communicator& comm, uint64_t fingerprint) {
+  std::vector<int64_t> mine(kCallHeaderLength, -1);
+  mine[kMagicSlot] = kFailedMagic;
+  mine[kRound] = comm.rounds() + 1;
+  mine[kFingerprint] = static_cast<int64_t>(fingerprint);
+  std::vector<int64_t> all;
+  try {
+    all = comm.exchange(mine, "settling a call that failed before posting");
+  } catch (const std::exception&) {
+    return;  // the exchange failed: the Communicator is marked unusable already
+  }
+  for (int64_t r = 0; r < comm.size(); ++r) {
+    const int64_t* h = all.data() + r * kCallHeaderLength;
+    if (h[kMagicSlot] == kFailedMagic && h[kFingerprint] == static_cast<int64_t>(fingerprint)) continue;
+    comm.markBroken(mf::str("the call failed on rank ", comm.rank(), " before it posted any data, but rank ", r,
+                            " did not fail it the same way"));
+    return;
+  }
 }
 
 void agreeOnCompletion(Communicator& comm, uint64_t fingerprint, bool ok) {
-  std::vector<int64_t> mine = {kMagic, comm.rounds() + 1, static_cast<int64_t>(fingerprint), ok ? 1 : 0};
+  std::vector<int64_t> mine = {kCallMagic, comm.rounds() + 1, static_cast<int64_t>(fingerprint), ok ? 1 : 0};
   std::vector<int64_t> all = comm.exchange(mine, "the strict completion check");
   std::vector<int64_t> failed;
   for (int64_t r = 0; r < comm.size(); ++r) {

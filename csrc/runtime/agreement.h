@@ -21,6 +21,34 @@ class Fusion;
 // MESHFUSER_DISTRIBUTED_DEBUG: OFF (default) or INFO: the per-call header; DETAIL: strict mode.
 bool strictAgreement();
 
+// The header every rank contributes per call: int64 slots, then the global extents of the first
+// symbolic axes (more go in a second exchange).
+enum CallHeaderSlot : int64_t {
+  kMagicSlot,     // kCallMagic (a call) or kFarewellMagic (the rank shut its Communicator down)
+  kRound,         // agreement round on this rank (every exchange counts)
+  kFingerprint,   // the definition and its schedule
+  kCall,          // this rank's call number of that definition (1, 2, ...); a farewell: calls in all
+  kThread,        // which thread calls (callThreadTag)
+  kOk,            // this rank's inputs are valid
+  kDevice,        // the inputs' device type
+  kNumSymbols,
+  kDetailLength,  // strict mode's second exchange
+  kStrict,
+  kHeaderSlots
+};
+constexpr int64_t kCallHeaderLength = 24;
+constexpr int64_t kCallMagic = 0x6d66636c6c;
+constexpr int64_t kFarewellMagic = 0x6d66627965;
+constexpr int64_t kFailedMagic = 0x6d66666169;
+
+// Which thread runs a call, compared across ranks: calls from several threads of a process are
+// serialized (one multi-rank call at a time), and a call must come from the same thread on every
+// rank, or the ranks would pair one thread's call with another's. 0 is the main thread; the Python
+// bindings set a hash of the Python thread's name for other threads (per OS thread, once).
+int64_t& callThreadTag();
+std::string threadTagName(int64_t tag);
+void registerThreadName(int64_t tag, const std::string& name);
+
 // One call's agreement. The constructor posts this rank's header and returns at once, so that
 // local work (compute segments before the first communication) overlaps the round trip; finish()
 // waits and checks, and must run before any data collective is posted. `error` is this rank's
@@ -35,6 +63,8 @@ class CallAgreement {
                 ExtentBindings& bindings, std::string error, bool strict);
   void finish();
   bool finished() const { return finished_; }
+  // finish() returned: every rank agreed on the call.
+  bool agreed() const { return agreed_; }
   // Some symbolic axis is unbound on this rank: finish() before running (it binds it).
   bool missesExtents() const;
 
@@ -44,16 +74,29 @@ class CallAgreement {
   uint64_t fingerprint_;
   std::string error_;
   bool strict_;
+  int64_t call_ = 0;
   std::vector<std::string> symbols_, where_;
   std::vector<int64_t> extents_, detail_;
   ExtentBindings* bindings_;
   Communicator::PendingExchange pending_;
   bool finished_ = false;
+  bool agreed_ = false;
 };
 
 // Posts and finishes at once.
 void agreeOnCall(Communicator& comm, const Fusion& f, uint64_t fingerprint, const std::vector<RuntimeValue>& inputs,
                  const ExtentBindings& bindings, const std::string& error, bool strict);
+
+// At shutdown (shared-memory transport): tells the other ranks that this one makes no more calls,
+// without waiting. Returns an error text when another rank is already in a call this rank never
+// joins (the ranks were out of step: this rank made fewer calls), else "".
+std::string farewell(Communicator& comm);
+
+// After a call failed on this rank before it posted any data (an allocation error, say): the ranks
+// that failed so take part in one more round. When every rank did, no group holds an unmatched
+// operation and the groups stay usable; otherwise (or when the round fails) this rank marks them
+// unusable. Never throws: the caller raises its own error.
+void settleFailure(Communicator& comm, uint64_t fingerprint);
 
 // Strict mode, after a call: every rank says whether it completed. Throws on the ranks that
 // completed when another did not (the failing rank rethrows its own error).

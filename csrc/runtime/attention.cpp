@@ -1,20 +1,29 @@
-// sdpfa_fwd / sdpfa_bwd on PyTorch's fused attention.
+// sdpfa_fwd / sdpfa_bwd on the attention kernel PyTorch's dispatcher would pick (attention_choice.h).
 //
 // The kernels take [batch, heads, seq, head_dim]; other leading axes (a logical device split adds
-// one) fold into batch for the call and unfold after. The RNG state is two 0-d int64 tensors on
-// the tensors' device: on CUDA the seed and offset flash attention drew (it returns them packed
-// as a uint64 pair, which the backward takes back); on CPU zeros, since PyTorch's CPU kernel has
-// no dropout and dropout_p > 0 is refused there.
+// one) fold into batch for the call and unfold after. On CUDA the fused kernels get head_dim padded
+// with zeros to a multiple of 8, as PyTorch's scaled_dot_product_attention does (zero columns add
+// nothing to q.k, and v's zero columns give output columns that are cut off), with the scale of the
+// unpadded head_dim. The RNG state is two 0-d int64 tensors on the tensors' device: flash
+// attention's seed and offset (it returns them packed as a uint64 pair, which its backward takes
+// back), the math kernel's mask seed, or zeros without dropout.
 #include "runtime/attention.h"
 
 #include <ATen/ATen.h>
 
+#include <cmath>
+
+#include "runtime/attention_choice.h"
+#include "runtime/attention_math.h"
 #include "support/error.h"
 
 namespace mf {
 namespace {
 
-// [batch..., heads, seq, head_dim] -> [batch, heads, seq, head_dim], contiguous: the flash
+constexpr int64_t kHeadDimMultiple = 8;          // the fused CUDA kernels' head_dim alignment
+constexpr int64_t kEfficientLseRowMultiple = 32;  // memory-efficient attention pads logsumexp rows
+
+// [batch..., heads, seq, head_dim] -> [batch, heads, seq, head_dim], contiguous: the fused
 // kernels assume a unit stride along head_dim (a transposed v gave wrong attention, silently), and
 // the folded batch is computed (reshape cannot infer -1 for a tensor with no elements).
 at::Tensor to4d(const at::Tensor& t) {
@@ -23,85 +32,213 @@ at::Tensor to4d(const at::Tensor& t) {
   return t.reshape({batch, t.size(-3), t.size(-2), t.size(-1)}).contiguous();
 }
 
-void requireSupported(const Expr* e, const at::Tensor& q) {
-  const char* op = opInfo(e->op()).name;
-  if (q.is_cuda()) {
-    MF_USER_CHECK(q.scalar_type() == at::kHalf || q.scalar_type() == at::kBFloat16, op, ": on CUDA tensors ",
-                  e->input(e->op() == OpType::SdpfaBwd ? 1 : 0)->toString(), " must be half or bfloat16 (flash ",
-                  "attention); got ", q.scalar_type());
-    return;
+at::Tensor padLastDim(const at::Tensor& t, int64_t size) {
+  return t.size(-1) == size ? t : at::constant_pad_nd(t, {0, size - t.size(-1)}, 0);
+}
+
+at::Tensor rngScalar(int64_t value, const at::Tensor& like) {
+  return at::scalar_tensor(value, at::TensorOptions().dtype(at::kLong).device(like.device()));
+}
+
+// One call's tensors as its kernel reads them, and the kernel.
+struct KernelCall {
+  at::Tensor q, k, v;
+  int64_t head_dim = 0;  // unpadded
+  int64_t kv_groups = 1;  // query heads per key/value head
+  double scale = 1.0;
+  AttentionKernel kernel = AttentionKernel::Math;
+  bool fused() const { return kernel != AttentionKernel::Math && kernel != AttentionKernel::CpuFlash; }
+  at::Tensor pad(const at::Tensor& t) const { return fused() ? padLastDim(t, q.size(-1)) : t; }
+  at::Tensor unpad(const at::Tensor& t) const { return t.size(-1) == head_dim ? t : t.narrow(-1, 0, head_dim); }
+  // A key/value gradient of the repeated heads, summed back onto the heads the caller has.
+  at::Tensor ungroup(const at::Tensor& t) const {
+    if (kv_groups == 1) return t;
+    return t.reshape({t.size(0), t.size(1) / kv_groups, kv_groups, t.size(2), t.size(3)})
+        .sum(2, /*keepdim=*/false, at::kFloat)
+        .to(t.scalar_type());
   }
-  MF_USER_CHECK(e->attrs().dropout_p == 0.0, op, ": dropout_p = ", e->attrs().dropout_p,
-                " on CPU tensors is not supported: PyTorch's CPU flash-attention kernel has no dropout; use dropout_p=0 ",
-                "on CPU, or CUDA tensors");
+};
+
+// The fused CUDA kernels read any layout with a unit stride along head_dim (q, k and v permuted out
+// of [batch, seq, heads, head_dim] are read in place, and the output comes back in that layout, so
+// merging the heads after is a view): no copy unless head_dim is strided.
+at::Tensor to4dStrided(const at::Tensor& t) {
+  if (!t.is_cuda() || t.stride(-1) != 1) return to4d(t);
+  int64_t batch = 1;
+  for (int64_t d = 0; d + 3 < t.dim(); ++d) batch *= t.size(d);
+  return t.reshape({batch, t.size(-3), t.size(-2), t.size(-1)});
+}
+
+KernelCall prepare(const Expr* e, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  const ExprAttrs& a = e->attrs();
+  KernelCall c;
+  c.q = to4dStrided(q);
+  c.k = to4dStrided(k);
+  c.v = to4dStrided(v);
+  c.head_dim = q.size(-1);
+  // Grouped-query attention: each key/value head serves kv_groups consecutive query heads; the
+  // kernels get them repeated (as PyTorch's math path does) and the backward sums the groups.
+  c.kv_groups = c.q.size(1) / c.k.size(1);
+  if (c.kv_groups > 1) {
+    c.k = c.k.repeat_interleave(c.kv_groups, 1);
+    c.v = c.v.repeat_interleave(c.kv_groups, 1);
+  }
+  c.scale = a.scale.value_or(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
+  int64_t padded = (c.head_dim + kHeadDimMultiple - 1) / kHeadDimMultiple * kHeadDimMultiple;
+  at::Tensor qp = q.is_cuda() ? padLastDim(c.q, padded) : c.q;
+  at::Tensor kp = q.is_cuda() ? padLastDim(c.k, padded) : c.k;
+  at::Tensor vp = q.is_cuda() ? padLastDim(c.v, padded) : c.v;
+  c.kernel = chooseAttentionKernel(qp, kp, vp, a.dropout_p, a.is_causal, c.scale);
+  MF_USER_CHECK(!(c.kernel == AttentionKernel::Cudnn && a.dropout_p > 0.0), opInfo(e->op()).name,
+                ": MESHFUSER_ATTENTION_KERNEL=cudnn with dropout_p = ", a.dropout_p,
+                " is not supported (the backward could not redraw cuDNN's mask); force flash or math");
+  if (c.fused()) {
+    c.q = qp;
+    c.k = kp;
+    c.v = vp;
+  }
+  recordAttentionKernel(e, c.kernel);
+  return c;
+}
+
+// Runs `fn`; a PyTorch error from a forced kernel names the kernel and the variable.
+template <typename Fn>
+auto runKernel(const Expr* e, const KernelCall& c, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const c10::Error& err) {
+    MF_THROW_USER(opInfo(e->op()).name, ": the ", attentionKernelName(c.kernel),
+                  " attention kernel refused the call (MESHFUSER_ATTENTION_KERNEL selects kernels): ",
+                  err.what_without_backtrace());
+  }
 }
 
 std::vector<at::Tensor> forward(const Expr* e, const std::vector<RuntimeValue>& in) {
   const ExprAttrs& a = e->attrs();
   const at::Tensor& q = in[0].tensor;
-  requireSupported(e, q);
-  auto rng_options = at::TensorOptions().dtype(at::kLong).device(q.device());
   std::vector<int64_t> attn_shape(q.sizes().begin(), q.sizes().end());
   attn_shape.back() = in[2].tensor.size(-1);
   std::vector<int64_t> lse_shape(q.sizes().begin(), q.sizes().end() - 1);
   MF_USER_CHECK(in[1].tensor.size(-2) > 0 || q.numel() == 0, opInfo(e->op()).name, ": ", e->input(1)->toString(),
                 " has no keys (sequence length 0) for a non-empty query; attention over nothing is undefined");
-  if (q.numel() == 0) {  // no queries: nothing to attend (the flash kernels divide by zero here)
-    return {at::empty(attn_shape, q.options()), at::empty(lse_shape, q.options().dtype(at::kFloat)),
-            at::zeros({}, rng_options), at::zeros({}, rng_options)};
+  if (q.numel() == 0) {  // no queries: nothing to attend (the fused kernels divide by zero here)
+    return {at::empty(attn_shape, q.options()), at::empty(lse_shape, q.options().dtype(at::kFloat)), rngScalar(0, q),
+            rngScalar(0, q)};
   }
-  at::Tensor q4 = to4d(q), k4 = to4d(in[1].tensor), v4 = to4d(in[2].tensor);
-  at::Tensor attn, lse, seed, offset;
-  if (q.is_cuda()) {
-    auto r = at::_scaled_dot_product_flash_attention(q4, k4, v4, a.dropout_p, a.is_causal, /*return_debug_mask=*/false,
-                                                     a.scale);
-    attn = std::get<0>(r);
-    lse = std::get<1>(r);
-    at::Tensor rng = std::get<6>(r);
-    if (rng.numel() == 2) {  // {seed, offset} as uint64
-      at::Tensor pair = rng.view(at::kLong).to(q.device());
-      seed = pair[0].clone();
-      offset = pair[1].clone();
-    } else if (rng.numel() == 1) {
-      seed = rng.to(rng_options).reshape({});
-      offset = std::get<7>(r).to(rng_options).reshape({});
-    } else {
-      seed = at::zeros({}, rng_options);
-      offset = at::zeros({}, rng_options);
+  KernelCall c = prepare(e, q, in[1].tensor, in[2].tensor);
+  at::Tensor attn, lse, seed = rngScalar(0, q), offset = rngScalar(0, q);
+  runKernel(e, c, [&] {
+    switch (c.kernel) {
+      case AttentionKernel::Cudnn: {
+        auto r = at::_scaled_dot_product_cudnn_attention(c.q, c.k, c.v, std::nullopt, /*compute_log_sumexp=*/true,
+                                                         0.0, a.is_causal, /*return_debug_mask=*/false, c.scale);
+        attn = std::get<0>(r);
+        lse = std::get<1>(r);
+        break;
+      }
+      case AttentionKernel::Flash: {
+        auto r = at::_scaled_dot_product_flash_attention(c.q, c.k, c.v, a.dropout_p, a.is_causal,
+                                                         /*return_debug_mask=*/false, c.scale);
+        attn = std::get<0>(r);
+        lse = std::get<1>(r);
+        at::Tensor rng = std::get<6>(r);
+        if (rng.numel() == 2) {  // {seed, offset} as uint64
+          at::Tensor pair = rng.view(at::kLong).to(q.device());
+          seed = pair[0].clone();
+          offset = pair[1].clone();
+        } else if (rng.numel() == 1) {
+          seed = rng.to(seed.options()).reshape({});
+          offset = std::get<7>(r).to(seed.options()).reshape({});
+        }
+        break;
+      }
+      case AttentionKernel::Efficient: {
+        auto r = at::_scaled_dot_product_efficient_attention(c.q, c.k, c.v, std::nullopt, /*compute_log_sumexp=*/true,
+                                                             a.dropout_p, a.is_causal, c.scale);
+        attn = std::get<0>(r);
+        lse = std::get<1>(r).narrow(-1, 0, c.q.size(2));  // rows padded to a multiple of 32
+        seed = std::get<2>(r).to(seed.options()).reshape({});
+        offset = std::get<3>(r).to(seed.options()).reshape({});
+        break;
+      }
+      case AttentionKernel::CpuFlash: {
+        auto r = at::_scaled_dot_product_flash_attention_for_cpu(c.q, c.k, c.v, 0.0, a.is_causal, std::nullopt,
+                                                                 c.scale);
+        attn = std::get<0>(r);
+        lse = std::get<1>(r);
+        break;
+      }
+      case AttentionKernel::Math: {
+        MathAttentionOptions o{a.dropout_p, a.is_causal, c.scale, a.dropout_p > 0.0 ? drawDropoutSeed() : 0};
+        std::tie(attn, lse) = mathAttentionForward(c.q, c.k, c.v, o);
+        seed = rngScalar(o.seed, q);
+        break;
+      }
     }
-  } else {
-    auto r = at::_scaled_dot_product_flash_attention_for_cpu(q4, k4, v4, a.dropout_p, a.is_causal, c10::nullopt, a.scale);
-    attn = std::get<0>(r);
-    lse = std::get<1>(r);
-    seed = at::zeros({}, rng_options);
-    offset = at::zeros({}, rng_options);
-  }
-  return {attn.reshape(attn_shape), lse.reshape(lse_shape), seed, offset};
+    return 0;
+  });
+  return {c.unpad(attn).reshape(attn_shape), lse.reshape(lse_shape), seed, offset};
 }
 
 std::vector<at::Tensor> backward(const Expr* e, const std::vector<RuntimeValue>& in) {
   const ExprAttrs& a = e->attrs();
   const at::Tensor& q = in[1].tensor;
-  requireSupported(e, q);
-  at::Tensor grad4 = to4d(in[0].tensor), q4 = to4d(q), k4 = to4d(in[2].tensor), v4 = to4d(in[3].tensor);
-  at::Tensor out4 = to4d(in[4].tensor);
+  KernelCall c = prepare(e, q, in[2].tensor, in[3].tensor);
+  at::Tensor grad4 = c.pad(to4dStrided(in[0].tensor)), out4 = c.pad(to4dStrided(in[4].tensor));
   const at::Tensor& lse_in = in[5].tensor;
   int64_t lse_batch = 1;
   for (int64_t d = 0; d + 2 < lse_in.dim(); ++d) lse_batch *= lse_in.size(d);
   at::Tensor lse3 = lse_in.reshape({lse_batch, lse_in.size(-2), lse_in.size(-1)}).contiguous();
+  const at::Tensor& seed = in[6].tensor;
+  const at::Tensor& offset = in[7].tensor;
+  const int64_t seq_q = c.q.size(2), seq_k = c.k.size(2);
   at::Tensor gq, gk, gv;
-  if (q.is_cuda()) {
-    // Flash attention's backward reads the packed uint64 {seed, offset} it returned.
-    at::Tensor rng = at::stack({in[6].tensor.reshape({}), in[7].tensor.reshape({})}).to(q.device()).view(at::kUInt64);
-    at::Tensor unused = at::empty({0}, rng.options());
-    std::tie(gq, gk, gv) = at::_scaled_dot_product_flash_attention_backward(
-        grad4, q4, k4, v4, out4, lse3, at::Tensor(), at::Tensor(), q4.size(2), k4.size(2), a.dropout_p, a.is_causal, rng,
-        unused, a.scale);
-  } else {
-    std::tie(gq, gk, gv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
-        grad4, q4, k4, v4, out4, lse3, a.dropout_p, a.is_causal, c10::nullopt, a.scale);
-  }
-  return {gq.reshape(q.sizes()), gk.reshape(in[2].tensor.sizes()), gv.reshape(in[3].tensor.sizes())};
+  runKernel(e, c, [&] {
+    switch (c.kernel) {
+      case AttentionKernel::Cudnn: {
+        at::Tensor none;
+        std::tie(gq, gk, gv) = at::_scaled_dot_product_cudnn_attention_backward(
+            grad4, c.q, c.k, c.v, out4, lse3.unsqueeze(-1), seed, offset, none, none, none, seq_q, seq_k, 0.0,
+            a.is_causal, c.scale);
+        break;
+      }
+      case AttentionKernel::Flash: {
+        // Flash attention's backward reads the packed uint64 {seed, offset} it returned.
+        at::Tensor rng = at::stack({seed.reshape({}), offset.reshape({})}).to(q.device()).view(at::kUInt64);
+        at::Tensor unused = at::empty({0}, rng.options());
+        std::tie(gq, gk, gv) = at::_scaled_dot_product_flash_attention_backward(
+            grad4, c.q, c.k, c.v, out4, lse3, at::Tensor(), at::Tensor(), seq_q, seq_k, a.dropout_p, a.is_causal, rng,
+            unused, c.scale);
+        break;
+      }
+      case AttentionKernel::Efficient: {
+        // The memory-efficient backward reads grad_out and out in the [batch, seq, heads, head_dim]
+        // layout its forward writes (a contiguous out gave NaN gradients for padded head sizes).
+        auto bshd = [](const at::Tensor& t) { return t.transpose(1, 2).contiguous().transpose(1, 2); };
+        grad4 = bshd(grad4);
+        out4 = bshd(out4);
+        int64_t rows = (seq_q + kEfficientLseRowMultiple - 1) / kEfficientLseRowMultiple * kEfficientLseRowMultiple;
+        at::Tensor lse_padded = at::constant_pad_nd(lse3, {0, rows - seq_q}, 0);
+        auto r = at::_scaled_dot_product_efficient_attention_backward(
+            grad4, c.q, c.k, c.v, at::Tensor(), out4, lse_padded, seed.cpu(), offset.cpu(), a.dropout_p,
+            {true, true, true, false}, a.is_causal, c.scale);
+        std::tie(gq, gk, gv) = std::make_tuple(std::get<0>(r), std::get<1>(r), std::get<2>(r));
+        break;
+      }
+      case AttentionKernel::CpuFlash:
+        std::tie(gq, gk, gv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(
+            grad4, c.q, c.k, c.v, out4, lse3, 0.0, a.is_causal, std::nullopt, c.scale);
+        break;
+      case AttentionKernel::Math: {
+        MathAttentionOptions o{a.dropout_p, a.is_causal, c.scale, seed.item<int64_t>()};
+        std::tie(gq, gk, gv) = mathAttentionBackward(grad4, c.q, c.k, c.v, lse3, o);
+        break;
+      }
+    }
+    return 0;
+  });
+  return {c.unpad(gq).reshape(q.sizes()), c.ungroup(c.unpad(gk)).reshape(in[2].tensor.sizes()),
+          c.ungroup(c.unpad(gv)).reshape(in[3].tensor.sizes())};
 }
 
 }  // namespace

@@ -12,6 +12,8 @@
 #include "ir/printer.h"
 #include "passes/pass.h"
 #include "runtime/agreement.h"
+#include "runtime/attention_choice.h"
+#include "runtime/call_checks.h"
 #include "runtime/cuda_kernel.h"
 #include "runtime/profiler.h"
 #include "runtime/trace_range.h"
@@ -32,6 +34,17 @@ FusionExecutor::FusionExecutor(const Fusion& fusion, int64_t rank, Communicator&
   runPipeline(*copy);
   program_ = lowerToHostProgram(std::move(copy), rank);
   multi_rank_ = comm_->initialized() && comm_->size() > 1;
+  // Every rank posts in a call of this program (its teams cover the world): a rank that failed
+  // before posting can settle with the others whether they all did (run()).
+  if (multi_rank_) {
+    std::vector<bool> covered(static_cast<size_t>(comm_->size()), false);
+    for (const auto& team : program_->teams()) {
+      for (int64_t r : team) {
+        if (r >= 0 && r < comm_->size()) covered[r] = true;
+      }
+    }
+    settles_failures_ = !program_->teams().empty() && std::find(covered.begin(), covered.end(), false) == covered.end();
+  }
   for (const TensorView* tv : program_->fusion().allTensors()) {
     if (tv->hasMesh() && isSharded(tv)) sharded_tensors_.push_back(tv);
   }
@@ -117,7 +130,11 @@ std::string FusionExecutor::validate(const std::vector<RuntimeValue>& inputs, Ex
           return mf::str("input ", i, " (", tv->label(), ") axis ", a, " is a device axis (", toString(id->parallelType()),
                          "): each device holds extent 1 of it, but got ", local);
         }
-        int64_t global = local * shards[a];
+        int64_t global = 0;
+        if (__builtin_mul_overflow(local, shards[a], &global)) {
+          return mf::str("input ", i, " (", tv->label(), ") axis ", a, ": local extent ", local, " x ", shards[a],
+                         " shards overflows a 64-bit global extent");
+        }
         std::string symbol = f.canonicalSymbol(id->extent().symbol);
         auto [it, inserted] = bindings.emplace(symbol, global);
         if (!inserted && it->second != global) {
@@ -156,8 +173,28 @@ std::string FusionExecutor::hostProgramText(bool show_deallocations) const {
   for (const StreamLoop& loop : program_->streamLoops()) {
     loop_chunks.push_back(effectiveChunks(loop, globalRows(loop, last_bindings_)));
   }
-  return program_->toString(segmentSchedulers(), communicationBytes(), loop_chunks, show_deallocations) +
-         segmentationText();
+  std::string mode;
+  Communicator& comm = Communicator::instance();
+  if (!program_->communications().empty() && eval_device_.is_cuda() && comm.cudaOverGloo()) {
+    mode = "Communications of CUDA tensors run on Gloo (MESHFUSER_CUDA_BACKEND=gloo: the test mode for ranks "
+           "sharing a GPU; point-to-point messages staged through host memory; not for speed)\n";
+  }
+  return program_->toString(segmentSchedulers(), communicationBytes(), loop_chunks, show_deallocations) + mode +
+         segmentationText() +
+         attentionKernelsText();
+}
+
+std::string FusionExecutor::attentionKernelsText() const {
+  std::string text;
+  for (const Segment& segment : program_->segments()) {
+    for (const Expr* e : segment.exprs) {
+      if (opInfo(e->op()).aten_args != AtenArgs::Attention) continue;
+      std::string kernel = lastAttentionKernel(e);
+      text += "  " + std::string(opInfo(e->op()).name) + " kernel: " +
+              (kernel.empty() ? "chosen at the first call" : kernel) + " (" + e->output(0)->toString() + ")\n";
+    }
+  }
+  return text.empty() ? text : "Attention kernels (PyTorch's dispatcher's choice) {\n" + text + "}\n";
 }
 
 std::string FusionExecutor::segmentationText() const {
@@ -213,10 +250,16 @@ std::string FusionExecutor::checkRunnable(const std::vector<RuntimeValue>& input
 std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inputs) {
   Communicator& comm = *comm_;
   requireCommunicatorFor(*program_, comm);
+  // One multi-rank call at a time per process (calls from other threads wait here); the agreement
+  // checks that every rank runs the call from the same thread.
+  std::unique_lock<std::mutex> call_lock;
+  if (multi_rank_) call_lock = std::unique_lock<std::mutex>(comm.callMutex());
   if (multi_rank_) comm.checkUsable();
   ExtentBindings bindings;
-  std::string error = validate(inputs, bindings);
+  std::string error = meshWorldError(*program_, comm.initialized() ? comm.size() : 1);
+  if (error.empty()) error = validate(inputs, bindings);
   if (error.empty()) error = checkRunnable(inputs, bindings);
+  if (error.empty() && multi_rank_) error = embeddingIndexError(program_->fusion(), program_->rank(), inputs, bindings);
   // Agree on every call, before anything is posted (README "Reliability"): same program, same
   // round, valid inputs and the same global extents on every rank, or an error on every rank.
   bool agree = multi_rank_ && !isDisabled(DisableOption::CollectiveValidation);
@@ -232,6 +275,7 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
   }
   MF_USER_CHECK(error.empty(), "execute: ", error);
   if (last_bindings_ != bindings) last_bindings_ = bindings;
+  posts_at_start_ = comm.posts();
   if (!strict) {
     CallAgreement* pending = agreement && !agreement->finished() ? &*agreement : nullptr;
     try {
@@ -239,6 +283,11 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
     } catch (...) {
       // The round must complete on this rank too; when the ranks disagree, that is the error to raise.
       if (pending && !pending->finished()) pending->finish();
+      // Failed before posting anything: when every rank failed so, the groups hold nothing unmatched
+      // and stay usable; otherwise this rank's groups are marked unusable.
+      if (agreement && agreement->agreed() && settles_failures_ && !comm.broken() && comm.posts() == posts_at_start_) {
+        settleFailure(comm, fingerprint_);
+      }
       throw;
     }
   }
@@ -259,19 +308,30 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
 namespace {
 // Fault injection for the fault suite: MESHFUSER_INJECT_FAULT=<where>:<rank> makes that rank raise
 // at `where` ("after_agreement": before the first communication; "at_end": after the last one).
+// "before_post" raises a plain std::runtime_error where the first communication allocates its
+// buffers, as an allocation failure would. <rank> may be "all".
 void injectFault(const char* where, int64_t rank) {
   std::string v = envString("MESHFUSER_INJECT_FAULT");
-  if (v.empty() || mf::str(where, ":", rank) != v) return;
+  if (v.empty() || (mf::str(where, ":", rank) != v && mf::str(where, ":all") != v)) return;
+  if (std::string(where) == "before_post") {
+    throw std::runtime_error(mf::str("fault injected on rank ", rank, " before_post (MESHFUSER_INJECT_FAULT)"));
+  }
   MF_THROW_USER("execute: fault injected on rank ", rank, " ", where, " (MESHFUSER_INJECT_FAULT)");
 }
 
 }  // namespace
 
 // The groups may hold unmatched operations from now on.
-UserError collectiveFailure(Communicator& comm, const Communication& c, int64_t rank, const std::exception& e) {
+UserError collectiveFailure(Communicator& comm, const Communication& c, int64_t rank, const std::exception& e,
+                            int64_t posts_before) {
   std::string cause = e.what();
   if (auto* ce = dynamic_cast<const c10::Error*>(&e)) cause = ce->what_without_backtrace();
   std::string reason = mf::str(c.toString(), " failed on rank ", rank, " (", cause, ")");
+  if (posts_before >= 0 && comm.posts() == posts_before) {
+    // Nothing of this call left this rank (an allocation failed, say): run() settles with the others
+    // whether the groups stay usable.
+    return UserError(mf::str("execute: ", reason, " before this rank posted any data of the call"));
+  }
   comm.markBroken(reason);
   return UserError(mf::str("execute: ", reason, ": another rank of its team failed, died, or did not reach this ",
                            "communication within the timeout (MESHFUSER_PG_TIMEOUT_S)"));
@@ -345,13 +405,14 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
         if (isDumpEnabled(DumpOption::Communication)) logText("communication", "post " + c.toString());
         TraceRange range([&] { return communicationRangeName(c, mf::communicationBytes(c, program_->rank(), bindings)); });
         try {
+          injectFault("before_post", program_->rank());
           runCommunication(c, values, bindings, works[inst.index]);
         } catch (const UserError&) {
           throw;
         } catch (const InternalError&) {
           throw;
         } catch (const std::exception& e) {
-          throw collectiveFailure(*comm_, c, program_->rank(), e);
+          throw collectiveFailure(*comm_, c, program_->rank(), e, posts_at_start_);
         }
         break;
       }
@@ -387,7 +448,7 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
         } catch (const InternalError&) {
           throw;
         } catch (const std::exception& e) {
-          throw collectiveFailure(*comm_, c, program_->rank(), e);
+          throw collectiveFailure(*comm_, c, program_->rank(), e, posts_at_start_);
         }
         break;
       }
@@ -554,6 +615,7 @@ std::shared_ptr<FusionExecutor> FusionExecutorCache::executorFor(const std::vect
 void FusionExecutorCache::refuseCall(const std::string& error) {
   Communicator& comm = *comm_;
   if (!comm.initialized() || comm.size() == 1 || comm.broken() || isDisabled(DisableOption::CollectiveValidation)) return;
+  std::lock_guard<std::mutex> call_lock(comm.callMutex());
   agreeOnCall(comm, *fusion_, fingerprint(*fusion_), {}, {}, error, strictAgreement());
 }
 

@@ -44,6 +44,7 @@ class FusionExecutor {
   // How each compute segment was split into generated kernels and ATen pieces (planned on the first
   // call of the shape class; empty for segments never planned, e.g. on CPU tensors).
   std::string segmentationText() const;
+  std::string attentionKernelsText() const;  // the kernel each attention op ran last
   const Fusion& compiledFusion() const { return program_->fusion(); }
   // CUDA source of every kernel the GPU path generates for these inputs (any device, meta too).
   // `meta_outputs`, when given, receives the outputs as meta tensors of this rank's local shapes,
@@ -85,6 +86,8 @@ class FusionExecutor {
   // Local reshuffles that finish a communication once its data arrived (run at its Wait).
   std::unordered_map<const Val*, std::function<at::Tensor()>> pending_finish_;
   bool multi_rank_ = false;
+  bool settles_failures_ = false;  // every rank posts in a call (the teams cover the world)
+  int64_t posts_at_start_ = 0;     // comm_->posts() when this call started running
   uint64_t fingerprint_ = 0;  // of the definition and schedule, compared across ranks
   bool teams_created_ = false;
   // Where ops without tensor operands (uniform) create their outputs in this call: the inputs'
@@ -102,7 +105,10 @@ RuntimeValue scalarRuntimeValue(const Val* v, const std::unordered_map<const Val
 
 // A c10d operation of `c` failed after the ranks agreed (a peer died, failed, or timed out): marks
 // the Communicator broken and returns the user error to raise.
-UserError collectiveFailure(Communicator& comm, const Communication& c, int64_t rank, const std::exception& e);
+// When `posts_before` (comm.posts() at the start of the call) is given and nothing was posted since,
+// the groups are not marked: run() settles that with the other ranks.
+UserError collectiveFailure(Communicator& comm, const Communication& c, int64_t rank, const std::exception& e,
+                            int64_t posts_before = -1);
 
 class FusionExecutorCache {
  public:

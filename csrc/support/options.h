@@ -9,7 +9,9 @@
 
 namespace mf {
 
-enum class DumpOption { FusionIr, PassIr, HostProgram, CudaKernel, Fallback, Communication, Recompile, kCount };
+enum class DumpOption {
+  FusionIr, PassIr, HostProgram, CudaKernel, Fallback, Communication, Recompile, Partitions, kCount
+};
 enum class DisableOption { Codegen, CollectiveValidation, kCount };
 
 bool isDumpEnabled(DumpOption opt);

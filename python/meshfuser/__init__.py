@@ -23,6 +23,17 @@ _logging.install()
 # libmeshfuser and the CMake package ship inside the installed package, as PyTorch's do).
 cmake_prefix_path = _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "share", "cmake")
 
+
+
+def __getattr__(name):
+    """meshfuser.dynamo (the torch.compile backend) is imported on first use: it imports torch._dynamo,
+    which takes a second or more, and most programs never need it."""
+    if name == "dynamo":
+        import importlib
+        return importlib.import_module(".dynamo", __name__)
+    raise AttributeError(f"module 'meshfuser' has no attribute {name!r}")
+
+
 __all__ = [
     "DataType", "ParallelType", "DeviceMesh", "FusionDefinition", "TensorView", "Communicator",
     "Error", "ArgumentError", "InternalError", "Profiler", "PythonProfiler", "shard_tensor", "__version__",

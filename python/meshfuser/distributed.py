@@ -32,7 +32,7 @@ def _ensure_initialized():
     timeout = datetime.timedelta(seconds=int(timeout)) if timeout else None
     if created_here:
         if "RANK" in os.environ and "WORLD_SIZE" in os.environ:
-            backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
+            backend = f"cpu:gloo,cuda:{_cuda_backend()}" if torch.cuda.is_available() else "gloo"
             local_rank = int(os.environ.get("LOCAL_RANK", "0"))
             if torch.cuda.is_available():
                 torch.cuda.set_device(local_rank % torch.cuda.device_count())
@@ -77,8 +77,22 @@ def _remember(comm):
     return comm
 
 
+def _cuda_backend():
+    """NCCL for CUDA tensors, or Gloo when MESHFUSER_CUDA_BACKEND=gloo: the test mode in which several
+    ranks share one GPU (NCCL refuses two ranks on one device). Chosen explicitly, never by fallback."""
+    name = os.environ.get("MESHFUSER_CUDA_BACKEND", "nccl")
+    if name not in ("nccl", "gloo"):
+        raise _C.Error(f"MESHFUSER_CUDA_BACKEND={name!r}: expected 'nccl' (the default) or 'gloo' (ranks sharing "
+                       "a GPU, for testing)")
+    return name
+
+
 def _default_backend():
     import torch.distributed as dist
+    if os.environ.get("MESHFUSER_CUDA_BACKEND") is not None:  # meshfuser's groups follow the explicit choice
+        import torch
+        cuda = _cuda_backend()
+        return f"cpu:gloo,cuda:{cuda}" if torch.cuda.is_available() else "gloo"
     try:
         return dist.get_backend_config()  # e.g. "cpu:gloo,cuda:nccl"
     except (AttributeError, RuntimeError, ValueError):
@@ -90,8 +104,17 @@ def _shutdown(created_here):
     groups during static destruction aborts). Python's references go first, while the C++
     Communicator still holds the groups, so that the last reference is dropped in C++ without the
     GIL (a Gloo worker may need the GIL to free a Python-owned tensor while it is joined)."""
+    import sys
     import torch.distributed as dist
     global _world_group, _cpu_group
+    # A rank still calling execute learns at once that this one makes no more calls (shared-memory
+    # control transport), and this rank reports a peer already in a call it never joins.
+    try:
+        message = _C._Communicator.instance().farewell()
+    except Exception as e:  # noqa: BLE001  (nothing must stop the exit path)
+        message = f"meshfuser: farewell to the other ranks failed: {e}"
+    if message:
+        print(message, file=sys.stderr, flush=True)
     # meshfuser's own groups are destroyed here, while the interpreter is alive, unless the user
     # destroyed every group already (a group left to static destruction after a timed-out
     # operation aborted the process at exit).

@@ -475,13 +475,22 @@ class FusionDefinition:
         if not self._defined:
             self._ensure_defined()
         _ensure_initialized()
-        if type(inputs) is not list:
-            inputs = list(inputs)
-        for t in inputs:
-            if type(t) is not _Tensor and type(t).__name__ == "DTensor":
-                from .dtensor import execute_with_dtensors
-                return execute_with_dtensors(self, inputs)
-        outputs = self._handle.execute(inputs)
+        handle = self._handle
+        entered = handle.entered
+        try:
+            if type(inputs) is not list:
+                inputs = list(inputs)
+            for t in inputs:
+                if type(t) is not _Tensor and type(t).__name__ == "DTensor":
+                    from .dtensor import execute_with_dtensors
+                    return execute_with_dtensors(self, inputs)
+        except Exception as e:
+            # Failed before reaching the program: the other ranks are told through this call's
+            # agreement (README "Reliability"), instead of waiting for this rank until the timeout.
+            if handle.entered == entered:
+                handle.refuse(f"{type(e).__name__}: {e}")
+            raise
+        outputs = handle.execute(inputs)
         if type(self).definition is not FusionDefinition.definition:
             return outputs, self.get_output_shardings()
         return outputs

@@ -70,6 +70,10 @@ def main():
     quick = dict(MESHFUSER_VALIDATION_TIMEOUT_S="5", MESHFUSER_PG_TIMEOUT_S="5")
     jobs = [  # name, launcher, script, ranks, env, timeout (s), expected exit codes
         ("skip an execute, then run another program", torchrun, "fault_skip_then_other_program.py", 3, quick, 90, [0]),
+        ("skip one of three calls of a definition (told when the rank shuts down)", torchrun,
+         "fault_skip_same_definition.py", 2, quick, 90, [0]),
+        ("skip one of three calls of a stream-loop program", torchrun, "fault_skip_same_definition.py", 3,
+         dict(quick, FAULT_PROGRAM="stream_loop"), 90, [0]),
         ("skip the last execute (agreement timeout)", torchrun, "fault_skip_last_call.py", 2, quick, 90, [0]),
         ("skip an execute with the agreement disabled (data timeout)", torchrun, "fault_data_timeout.py", 2,
          dict(quick, MESHFUSER_DISABLE="collective_validation"), 90, [0]),

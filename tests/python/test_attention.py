@@ -137,25 +137,113 @@ def test_attention_runs_in_a_segment_of_its_own():
 
 # -- user errors ---------------------------------------------------------------------------------
 
-def test_dropout_on_cpu_is_a_clear_error():
+def dropout_reference(q, k, v, grad, is_causal, dropout_p, seed):
+    """Attention with the math kernel's mask: drawn on the CPU from the seed the forward returned."""
+    keep = torch.empty(list(q.shape[:-1]) + [k.shape[-2]]).bernoulli_(
+        1 - dropout_p, generator=torch.Generator().manual_seed(seed))
+    q, k, v = (t.detach().float().cpu().requires_grad_() for t in (q, k, v))
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if is_causal:
+        scores = scores.masked_fill(~torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(), float("-inf"))
+    attn = (scores.softmax(-1) * keep / (1 - dropout_p)) @ v
+    attn.backward(grad.float().cpu())
+    return attn.detach(), q.grad, k.grad, v.grad
+
+
+def define_fwd_bwd_with_seed(fd, shape_q, seq_kv, dtype, dropout_p, is_causal):
+    _, _, seed, _ = define_fwd_bwd(fd, shape_q, seq_kv, dtype, dropout_p=dropout_p, is_causal=is_causal)
+    fd.add_output(seed)
+
+
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_dropout_on_cpu_runs_the_math_kernel_with_a_mask_the_backward_redraws(is_causal):
+    shape_q, seq_kv, p = [2, 3, 6, 8], 6, 0.3
+    q, k, v, grad = random_qkv(shape_q, seq_kv, torch.float32, seed=7)
+    with FusionDefinition() as fd:
+        define_fwd_bwd_with_seed(fd, shape_q, seq_kv, torch.float32, p, is_causal)
+    attn, lse, gq, gk, gv, seed = fd.execute([q, k, v, grad])
+    expected = dropout_reference(q, k, v, grad, is_causal, p, int(seed))
+    for name, a, e in zip(["attn", "grad_q", "grad_k", "grad_v"], [attn, gq, gk, gv], expected):
+        torch.testing.assert_close(a, e, rtol=1e-5, atol=1e-5, msg=lambda m: f"{name}: {m}")
+    torch.testing.assert_close(lse, reference(q, k, v, grad, is_causal, None)[1])  # before dropout
+    assert "sdpfa_fwd kernel: math" in fd.host_program() and "sdpfa_bwd kernel: math" in fd.host_program()
+    torch.manual_seed(0)
+    first = fd.execute([q, k, v, grad])
+    torch.manual_seed(0)
+    assert torch.equal(first[-1], fd.execute([q, k, v, grad])[-1])  # torch.manual_seed repeats the mask
+
+
+def gqa_reference(q, k, v, grad, is_causal):
+    q, k, v = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    attn = F.scaled_dot_product_attention(q, k, v, is_causal=is_causal, enable_gqa=True)
+    attn.backward(grad)
+    return attn.detach(), q.grad, k.grad, v.grad
+
+
+def run_gqa(q, k, v, grad, is_causal):
+    dtype = {torch.float32: DataType.Float, torch.bfloat16: DataType.BFloat16}[q.dtype]
+    with FusionDefinition() as fd:
+        tq, tk, tv, tg = (fd.define_tensor(list(t.shape), dtype=dtype) for t in (q, k, v, grad))
+        attn, lse, seed, offset = fd.ops.sdpfa_fwd(tq, tk, tv, is_causal=is_causal)
+        gq, gk, gv = fd.ops.sdpfa_bwd(tg, tq, tk, tv, attn, lse, None, is_causal, seed, offset)
+        for t in (attn, gq, gk, gv):
+            fd.add_output(t)
+    return fd.execute([q, k, v, grad])
+
+
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_grouped_query_attention_matches_pytorch(is_causal):
+    """k and v with fewer heads than q (Llama 3: 8 KV heads for 32 query heads): query head h reads
+    key/value head h // (heads_q // heads_kv), as PyTorch's enable_gqa does; grad_k and grad_v sum
+    over the query heads that share them."""
+    g = torch.Generator().manual_seed(11)
+    q, grad = torch.randn(2, 6, 5, 8, generator=g), torch.randn(2, 6, 5, 8, generator=g)
+    k, v = torch.randn(2, 2, 7 if not is_causal else 5, 8, generator=g), None
+    v = torch.randn(k.shape, generator=g)
+    actual = run_gqa(q, k, v, grad, is_causal)
+    for name, a, e in zip(["attn", "grad_q", "grad_k", "grad_v"], actual, gqa_reference(q, k, v, grad, is_causal)):
+        assert a.shape == e.shape, (name, a.shape, e.shape)
+        torch.testing.assert_close(a, e, **TOL[torch.float32], msg=lambda m: f"{name}: {m}")
+
+
+def test_host_program_names_the_attention_kernel(monkeypatch):
+    shape = [1, 2, 4, 8]
+    q, k, v, grad = random_qkv(shape, 4, torch.float32, seed=8)
+    with FusionDefinition() as fd:
+        define_fwd_bwd(fd, shape, 4, torch.float32)
+    fd.execute([q, k, v, grad])
+    assert "sdpfa_fwd kernel: cpu_flash" in fd.host_program(), fd.host_program()
+    monkeypatch.setenv("MESHFUSER_ATTENTION_KERNEL", "math")
+    actual = fd.execute([q, k, v, grad])
+    assert "sdpfa_fwd kernel: math" in fd.host_program() and "sdpfa_bwd kernel: math" in fd.host_program()
+    for a, e in zip(actual, reference(q, k, v, grad, False, None)):
+        torch.testing.assert_close(a, e, **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("value, message", [
+    ("flash", "MESHFUSER_ATTENTION_KERNEL=flash: on CPU tensors only math can be forced"),
+    ("fastest", "MESHFUSER_ATTENTION_KERNEL: unknown kernel 'fastest'; valid kernels are cudnn, flash, efficient, math"),
+])
+def test_forcing_an_attention_kernel_that_cannot_run_is_a_clear_error(monkeypatch, value, message):
     shape = [1, 1, 4, 4]
     q, k, v, _ = random_qkv(shape, 4, torch.float32)
     with FusionDefinition() as fd:
         tq, tk, tv = (fd.define_tensor(shape) for _ in range(3))
-        fd.add_output(fd.ops.sdpfa_fwd(tq, tk, tv, dropout_p=0.1)[0])
-    with pytest.raises(meshfuser.Error, match="dropout_p = 0.1 on CPU tensors is not supported"):
+        fd.add_output(fd.ops.sdpfa_fwd(tq, tk, tv)[0])
+    monkeypatch.setenv("MESHFUSER_ATTENTION_KERNEL", value)
+    with pytest.raises(meshfuser.Error, match=message):
         fd.execute([q, k, v])
 
 
 @pytest.mark.parametrize(
     "k_shape, dtype, message",
     [
-        ([1, 1, 4, 4], DataType.Float, "a batch or head extent .grouped-query heads are not supported."),
+        ([1, 3, 4, 4], DataType.Float, "the number of key/value heads differs: T1 has 3 at axis 1"),
         ([1, 2, 4, 8], DataType.Float, "head_dim of query and key differs"),
         ([1, 2, 4, 4], DataType.Half, "is half but query is float"),
         ([2, 4, 4], DataType.Float, "has 3 axes but query"),
     ],
-    ids=["gqa_heads", "head_dim", "dtype", "rank"],
+    ids=["kv_heads", "head_dim", "dtype", "rank"],
 )
 def test_operand_errors_name_the_tensor_and_axis(k_shape, dtype, message):
     with FusionDefinition() as fd:
@@ -169,11 +257,13 @@ def test_operand_errors_name_the_tensor_and_axis(k_shape, dtype, message):
 @pytest.mark.parametrize(
     "q_shape, k_shape, v_shape, message",
     [
+        ([1, 2, 4, 4], [1, 3, 4, 4], [1, 3, 4, 4], "query T0 has 2 heads .axis 1. and key T1 has 3; grouped-query "
+         "attention needs the query heads to be a multiple of the key/value heads"),
         ([1, 2, 4, 4], [1, 2, 4, 4], [1, 2, 4, 8], "head_dim of query and value differs"),
         ([1, 2, 4, 4], [1, 2, 5, 4], [1, 2, 4, 4], "the key/value sequence length differs"),
         ([4, 4], [4, 4], [4, 4], "expected \\[batch.., heads, seq, head_dim\\] .at least 3 axes."),
     ],
-    ids=["value_head_dim", "kv_seq", "too_few_axes"],
+    ids=["gqa_heads_do_not_divide", "value_head_dim", "kv_seq", "too_few_axes"],
 )
 def test_shape_errors_name_both_tensors(q_shape, k_shape, v_shape, message):
     with FusionDefinition() as fd:
@@ -216,7 +306,7 @@ def test_backward_checks_the_saved_activations():
 
 # -- CUDA: flash attention (run where a GPU is present; CPU-only CI skips these) -----------------
 
-cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (flash attention)")
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (fused attention kernels)")
 
 
 @cuda
@@ -252,15 +342,73 @@ def test_cuda_dropout_state_round_trips_to_the_backward():
         torch.testing.assert_close(a, e)
 
 
-@cuda
-def test_cuda_float32_is_a_clear_error():
-    shape = [1, 1, 16, 16]
-    q = torch.randn(shape, device="cuda")
+SDP_BACKENDS = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn"}
+GPU_TOL = {torch.float32: dict(rtol=1e-4, atol=1e-4), torch.bfloat16: dict(rtol=3e-2, atol=3e-2),
+           torch.float16: dict(rtol=1e-2, atol=1e-2)}
+
+
+def check_on_cuda(shape_q, seq_kv, dtype, is_causal, seed=9):
+    q, k, v, grad = (t.cuda() for t in random_qkv(shape_q, seq_kv, dtype, seed=seed))
     with FusionDefinition() as fd:
-        tq = fd.define_tensor(shape)
-        fd.add_output(fd.ops.sdpfa_fwd(tq, tq, tq)[0])
-    with pytest.raises(meshfuser.Error, match="must be half or bfloat16"):
-        fd.execute([q])
+        define_fwd_bwd(fd, shape_q, seq_kv, dtype, is_causal=is_causal)
+    actual = fd.execute([q, k, v, grad])
+    expected = reference(*(t.float().cpu() for t in (q, k, v, grad)), is_causal, None)
+    for name, a, e in zip(["attn", "logsumexp", "grad_q", "grad_k", "grad_v"], actual, expected):
+        assert a.is_cuda and a.dtype == (torch.float32 if name == "logsumexp" else dtype), (name, a.dtype)
+        torch.testing.assert_close(a.float().cpu(), e, **GPU_TOL[dtype], msg=lambda m: f"{name}: {m}")
+    return fd, (q, k, v)
+
+
+@cuda
+@pytest.mark.parametrize("head_dim", [4, 12, 64, 80, 128, 256])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=["bf16", "f16", "f32"])
+@pytest.mark.parametrize("is_causal", [False, True], ids=["full", "causal"])
+def test_cuda_attention_any_head_size_and_dtype_matches_pytorch(head_dim, dtype, is_causal):
+    check_on_cuda([1, 2, 64, head_dim], 64 if is_causal else 80, dtype, is_causal)
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
+def test_cuda_attention_runs_the_kernel_pytorch_would_pick(dtype):
+    fd, (q, k, v) = check_on_cuda([2, 4, 256, 128], 256, dtype, is_causal=True)
+    choice = torch._fused_sdp_choice(*(t.detach().requires_grad_() for t in (q, k, v)), is_causal=True)
+    kernel = SDP_BACKENDS[choice]
+    text = fd.host_program()
+    assert f"sdpfa_fwd kernel: {kernel}" in text and f"sdpfa_bwd kernel: {kernel}" in text, (choice, text)
+
+
+@cuda
+@pytest.mark.parametrize("kernel", ["cudnn", "flash", "efficient", "math"])
+@pytest.mark.parametrize("head_dim", [12, 128])
+def test_cuda_each_forced_kernel_matches_pytorch(monkeypatch, kernel, head_dim):
+    monkeypatch.setenv("MESHFUSER_ATTENTION_KERNEL", kernel)
+    fd, _ = check_on_cuda([2, 2, 128, head_dim], 128, torch.bfloat16, is_causal=True)
+    assert f"sdpfa_fwd kernel: {kernel}" in fd.host_program() and f"sdpfa_bwd kernel: {kernel}" in fd.host_program()
+
+
+@cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=["bf16", "f32"])
+def test_cuda_grouped_query_attention_matches_pytorch(dtype):
+    g = torch.Generator().manual_seed(12)
+    q, grad = (torch.randn(1, 8, 128, 64, generator=g).to(dtype).cuda() for _ in range(2))
+    k, v = (torch.randn(1, 2, 128, 64, generator=g).to(dtype).cuda() for _ in range(2))
+    actual = run_gqa(q, k, v, grad, True)
+    expected = gqa_reference(*(t.float().cpu() for t in (q, k, v, grad)), True)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a.float().cpu(), e, **GPU_TOL[dtype])
+
+
+@cuda
+def test_cuda_float32_dropout_runs_the_math_kernel():
+    shape_q, seq_kv, p = [1, 2, 32, 16], 32, 0.2
+    q, k, v, grad = (t.cuda() for t in random_qkv(shape_q, seq_kv, torch.float32, seed=10))
+    with FusionDefinition() as fd:
+        define_fwd_bwd_with_seed(fd, shape_q, seq_kv, torch.float32, p, True)
+    attn, lse, gq, gk, gv, seed = fd.execute([q, k, v, grad])
+    assert "sdpfa_fwd kernel: math" in fd.host_program()
+    expected = dropout_reference(q, k, v, grad, True, p, int(seed))
+    for a, e in zip([attn, gq, gk, gv], expected):
+        torch.testing.assert_close(a.cpu(), e, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("layout", ["transposed_input", "permute_in_fusion"])

@@ -351,3 +351,10 @@ def test_values_of_another_definition():
         fd2.add_output(fd2.ops.neg(b))
     x = torch.randn(2)
     assert torch.equal(fd2.execute([x])[0], -x)
+
+
+def test_unknown_cuda_backend_is_a_clear_error(monkeypatch):
+    from meshfuser import distributed
+    monkeypatch.setenv("MESHFUSER_CUDA_BACKEND", "mpi")
+    with pytest.raises(meshfuser.Error, match="MESHFUSER_CUDA_BACKEND='mpi': expected 'nccl'"):
+        distributed._cuda_backend()

@@ -39,7 +39,10 @@ int main(int argc, char** argv) {
     int64_t size = std::stoll(environ["WORLD_SIZE"].cast<std::string>());
     int64_t local_rank = std::stoll(py::str(environ.attr("get")("LOCAL_RANK", "0")).cast<std::string>());
     if (cuda) torch.attr("cuda").attr("set_device")(local_rank % torch.attr("cuda").attr("device_count")().cast<int64_t>());
-    dist.attr("init_process_group")(py::arg("backend") = cuda ? "cpu:gloo,cuda:nccl" : "gloo");
+    // MESHFUSER_CUDA_BACKEND=gloo: ranks sharing a GPU (scripts/test's shared-GPU runs).
+    const char* cuda_backend = std::getenv("MESHFUSER_CUDA_BACKEND");
+    std::string backend = std::string("cpu:gloo,cuda:") + (cuda_backend ? cuda_backend : "nccl");
+    dist.attr("init_process_group")(py::arg("backend") = cuda ? backend : std::string("gloo"));
     std::string world = dist.attr("group").attr("WORLD").attr("group_name").cast<std::string>();
     mf::Communicator::instance().init(world, world, rank, size, local_rank, size);
     py::object new_group = dist.attr("new_group");

@@ -42,6 +42,25 @@ def test_allgather(multidevice_test):
         assert len(comms) == 1 and comms[0].startswith("Allgather"), comms
 
 
+def test_host_program_labels_cuda_tensors_over_gloo(multidevice_test):
+    """MESHFUSER_CUDA_BACKEND=gloo (ranks sharing a GPU) is a test mode, and the host program says
+    so whenever CUDA tensors are communicated over Gloo; with NCCL or CPU tensors it says nothing."""
+    import os
+    d = multidevice_test.size
+    mesh = DeviceMesh(range(d))
+    with FusionDefinition() as fd:
+        inp = fd.define_tensor([d * 2, 3])
+        out = fd.ops.set(inp)
+        fd.add_output(out)
+        _shard(inp, mesh, 0)
+        out.set_device_mesh(mesh)
+    unsharded = torch.randn(d * 2, 3)
+    (out_t,) = fd.execute([multidevice_test.shard_tensor(unsharded, 0, mesh)])
+    torch.testing.assert_close(out_t.cpu(), unsharded)
+    labelled = d > 1 and out_t.is_cuda and os.environ.get("MESHFUSER_CUDA_BACKEND") == "gloo"
+    assert ("Communications of CUDA tensors run on Gloo" in fd.host_program()) == labelled, fd.host_program()
+
+
 def test_allgather_non_outermost_axis(multidevice_test):
     d = multidevice_test.size
     mesh = DeviceMesh(range(d))

@@ -1,0 +1,59 @@
+"""Where a function's GPU time goes, from a torch.profiler kernel table: GEMM, attention, generated
+kernels (meshfuser's mf_*, torch.compile's Triton kernels), other ATen kernels, communication.
+
+    from kernel_breakdown import breakdown_ms
+    breakdown_ms(fn)  # {"gemm": ..., "attention": ..., "generated": ..., "aten": ..., "comm": ..., "total": ...}
+"""
+import torch
+
+CATEGORIES = ["gemm", "attention", "generated", "aten", "comm"]
+
+
+def classify(kernel_name):
+    n = kernel_name.lower()
+    if "nccl" in n:
+        return "comm"
+    if any(key in n for key in ("flash", "fmha", "cudnn", "attention", "sdpa", "mha")):
+        return "attention"
+    if any(key in n for key in ("gemm", "cutlass", "xmma", "nvjet", "cublas", "sm90_", "sm80_")):
+        return "gemm"
+    if n.startswith("mf_") or n.startswith("triton") or "triton_" in n:
+        return "generated"
+    return "aten"
+
+
+def breakdown_ms(fn, iters=3):
+    """Mean device milliseconds per call of fn() by category, and the kernel count per call."""
+    fn()
+    torch.cuda.synchronize()
+    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    with torch.profiler.profile(activities=acts) as prof:
+        for _ in range(iters):
+            fn()
+        torch.cuda.synchronize()
+    totals = dict.fromkeys(CATEGORIES, 0.0)
+    launches = 0
+    top = {}
+    for evt in prof.events():
+        if evt.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        us = evt.device_time if hasattr(evt, "device_time") else evt.cuda_time
+        cat = classify(evt.name)
+        totals[cat] += us / 1e3 / iters
+        launches += 1
+        top[evt.name] = top.get(evt.name, 0.0) + us / 1e3 / iters
+    totals["total"] = sum(totals[c] for c in CATEGORIES)
+    totals["launches"] = launches / iters
+    totals["top"] = sorted(top.items(), key=lambda kv: -kv[1])[:8]
+    return totals
+
+
+def print_breakdown(title, named):
+    """named: {impl: breakdown_ms(...)}"""
+    print(f"\n{title} (device ms per call by kernel class, torch.profiler)")
+    cols = CATEGORIES + ["total", "launches"]
+    print("impl".ljust(16) + "".join(c.rjust(11) for c in cols))
+    for impl, b in named.items():
+        print(impl.ljust(16) + "".join(f"{b[c]:11.3f}" for c in cols))
+    for impl, b in named.items():
+        print(f"  {impl} top kernels: " + "; ".join(f"{name[:60]} {ms:.3f}" for name, ms in b["top"]))
