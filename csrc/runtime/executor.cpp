@@ -128,7 +128,7 @@ std::string FusionExecutor::validate(const std::vector<RuntimeValue>& inputs, Ex
         }
         int64_t global = 0;
         if (__builtin_mul_overflow(local, shards[a], &global)) {
-          return mf::str("input ", i, " (", tv->toString(), ") axis ", a, ": local extent ", local, " x ", shards[a],
+          return mf::str("input ", i, " (", tv->label(), ") axis ", a, ": local extent ", local, " x ", shards[a],
                          " shards overflows a 64-bit global extent");
         }
         std::string symbol = f.canonicalSymbol(id->extent().symbol);
