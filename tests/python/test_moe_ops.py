@@ -27,10 +27,11 @@ def _grouped_reference(mat1, mat2, offs):
     """torch._grouped_mm's meaning, written as a loop of matmuls."""
     if mat1.dim() == 3:
         return torch.bmm(mat1, mat2)
+    offs = offs.cpu()
     ends = offs.tolist()
     starts = [0] + ends[:-1]
     if mat2.dim() == 3:
-        out = torch.zeros(mat1.shape[0], mat2.shape[2], dtype=mat1.dtype)
+        out = torch.zeros(mat1.shape[0], mat2.shape[2], dtype=mat1.dtype, device=mat1.device)
         for g, (s, e) in enumerate(zip(starts, ends)):
             out[s:e] = mat1[s:e] @ mat2[g]
         return out
@@ -38,39 +39,63 @@ def _grouped_reference(mat1, mat2, offs):
 
 
 # -- grouped_mm ---------------------------------------------------------------------------------
+# Extents are multiples of 4 floats: PyTorch's own grouped GEMM wants 16-byte aligned strides.
+
+def _check_grouped(out, mat1, mat2, offs):
+    torch.testing.assert_close(out, _grouped_reference(mat1, mat2, offs))
+    if hasattr(torch, "_grouped_mm") and not mat1.is_cuda:  # PyTorch's CPU grouped GEMM, where it has one
+        torch.testing.assert_close(out, torch._grouped_mm(mat1, mat2, offs=offs))
+
 
 @pytest.mark.parametrize("sizes", [[3, 0, 5, 2], [10], [0, 0, 4]], ids=["uneven", "one", "empty_groups"])
 def test_grouped_mm_2d_3d(sizes):
     torch.manual_seed(0)
     offs = _offsets(sizes)
     m = int(offs[-1])
-    mat1, mat2 = torch.randn(m, 8), torch.randn(len(sizes), 8, 6)
-    fd, (out,) = _run(lambda fd, a, b, o: fd.ops.grouped_mm(a, b, o), [mat1, mat2, offs])
-    torch.testing.assert_close(out, _grouped_reference(mat1, mat2, offs))
-    if hasattr(torch, "_grouped_mm"):  # PyTorch's own CPU grouped GEMM, where this version has one
-        try:
-            expected = torch._grouped_mm(mat1, mat2, offs=offs)
-        except RuntimeError:
-            return
-        torch.testing.assert_close(out, expected)
+    mat1, mat2 = torch.randn(m, 8), torch.randn(len(sizes), 8, 12)
+    _, (out,) = _run(lambda fd, a, b, o: fd.ops.grouped_mm(a, b, o), [mat1, mat2, offs])
+    assert out.shape == (m, 12)
+    _check_grouped(out, mat1, mat2, offs)
 
 
 def test_grouped_mm_3d_3d():
     torch.manual_seed(1)
-    mat1, mat2 = torch.randn(3, 4, 8), torch.randn(3, 8, 5)
+    mat1, mat2 = torch.randn(3, 4, 8), torch.randn(3, 8, 4)
     _, (out,) = _run(lambda fd, a, b: fd.ops.grouped_mm(a, b), [mat1, mat2])
     torch.testing.assert_close(out, torch.bmm(mat1, mat2))
+    _check_grouped(out, mat1, mat2, None)
 
 
 def test_grouped_mm_2d_2d_weight_gradient():
     torch.manual_seed(2)
-    offs = _offsets([2, 0, 4, 3])
+    offs = _offsets([4, 0, 4, 4])
     k = int(offs[-1])
-    mat1, mat2 = torch.randn(5, k), torch.randn(k, 6)  # [features, tokens] x [tokens, features]
+    mat1, mat2 = torch.randn(5, k), torch.randn(k, 8)  # [features, tokens] x [tokens, features]
     _, (out,) = _run(lambda fd, a, b, o: fd.ops.grouped_mm(a, b, o), [mat1, mat2, offs])
-    assert out.shape == (4, 5, 6)
+    assert out.shape == (4, 5, 8)
+    _check_grouped(out, mat1, mat2, offs)
+    torch.testing.assert_close(out[1], torch.zeros(5, 8))  # an expert without tokens
+
+
+def test_grouped_mm_bfloat16_on_cpu_is_the_loop():
+    torch.manual_seed(3)
+    offs = _offsets([2, 6])
+    mat1, mat2 = torch.randn(8, 16, dtype=torch.bfloat16), torch.randn(2, 16, 8, dtype=torch.bfloat16)
+    _, (out,) = _run(lambda fd, a, b, o: fd.ops.grouped_mm(a, b, o), [mat1, mat2, offs])
+    assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out, _grouped_reference(mat1, mat2, offs))
-    torch.testing.assert_close(out[1], torch.zeros(5, 6))  # an expert without tokens
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a GPU (torch._grouped_mm on CUDA bfloat16)")
+def test_grouped_mm_cuda_bfloat16_matches_pytorch():
+    torch.manual_seed(4)
+    offs = _offsets([64, 0, 128, 64]).cuda()
+    mat1 = torch.randn(256, 128, dtype=torch.bfloat16, device="cuda")
+    mat2 = torch.randn(4, 128, 64, dtype=torch.bfloat16, device="cuda")
+    _, (out,) = _run(lambda fd, a, b, o: fd.ops.grouped_mm(a, b, o), [mat1, mat2, offs])
+    torch.testing.assert_close(out, torch._grouped_mm(mat1, mat2, offs=offs))
+    torch.testing.assert_close(out.float(), _grouped_reference(mat1.float().cpu(), mat2.float().cpu(),
+                                                               offs.cpu()).cuda(), rtol=2e-2, atol=2e-1)
 
 
 @pytest.mark.parametrize("case, match", [
