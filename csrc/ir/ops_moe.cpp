@@ -33,9 +33,10 @@ std::vector<IterDomain*> copiesOf(Fusion& f, const TensorView* tv) {
 
 Fusion& fusionOf(const char* op, const std::vector<TensorView*>& tvs) {
   Fusion* f = tvs.at(0)->fusion();
-  for (const TensorView* tv : tvs) {
-    MF_USER_ARG_CHECK(tv->fusion() == f, op, ": ", tv->toString(), " belongs to another fusion definition than ",
-                      tvs[0]->toString());
+  for (size_t i = 1; i < tvs.size(); ++i) {
+    MF_USER_ARG_CHECK(tvs[i]->fusion() == f, op, ": operand ", i, " (", tvs[i]->toString(),
+                      ") belongs to another fusion definition than operand 0 (", tvs[0]->toString(),
+                      "); an op takes values of one definition");
   }
   return *f;
 }

@@ -165,6 +165,7 @@ def test_sort_and_argsort_stable():
     (lambda fd, x: fd.ops.topk(x, fd.define_scalar(2, DataType.Int)), r"k must be a Python int"),
     (lambda fd, x: fd.ops.argsort(x, dim=-3), r"argsort: dim -3 is out of range"),
     (lambda fd, x: fd.ops.sort(fd.ops.gt(x, 0.0)), r"sort: T1 is bool"),
+    (lambda fd, x: fd.ops.topk(fd.ops.gt(x, 0.0), 1), r"topk: T1 is bool; topk needs numbers"),
 ])
 def test_sort_errors(build, match):
     with pytest.raises(meshfuser.Error, match=match):
@@ -222,12 +223,26 @@ def test_scatter_and_index_add():
      r"index_add: src T\d+ has dtype bfloat16 but the input T0 has float"),
     (lambda fd, x, i: fd.ops.scatter(x, 0, fd.define_tensor([2, 4], dtype=DataType.Int), fd.define_tensor([1, 4])),
      r"scatter: index T\d+ has 2 at axis 0 .*expected at most 1, the extent of src"),
+    (lambda fd, x, i: fd.ops.scatter(x, 0, fd.define_tensor([1, 4], dtype=DataType.Int),
+                                     fd.define_tensor([1, 4], dtype=DataType.Double)),
+     r"scatter: src T\d+ has dtype double but the input T0 has float"),
     (lambda fd, x, i: fd.ops.index_add(x, "0", i, x), r"index_add: expected an int axis"),
+    (lambda fd, x, i: fd.ops.index_select(x, 0, [1, 2]), r"index_select: expected a TensorView; got list"),
+    (lambda fd, x, i: fd.ops.bincount(i, 4.0), r"bincount: minlength must be a Python int; got float"),
 ])
 def test_indexing_errors(build, match):
     with pytest.raises(meshfuser.Error, match=match):
         with FusionDefinition() as fd:
             build(fd, fd.define_tensor([5, 4]), fd.define_tensor([3], dtype=DataType.Int))
+
+
+def test_operands_of_another_definition():
+    with FusionDefinition() as other:
+        index = other.define_tensor([2], dtype=DataType.Int)
+    match = r"index_select: operand 1 \(T0\) belongs to another fusion definition than operand 0 \(T0\)"
+    with pytest.raises(meshfuser.Error, match=match):
+        with FusionDefinition() as fd:
+            fd.ops.index_select(fd.define_tensor([3, 2]), 0, index)
 
 
 def test_index_out_of_range_at_run_time_names_the_op():
