@@ -97,8 +97,8 @@ TensorView* groupedMm(TensorView* mat1, TensorView* mat2, TensorView* offsets) {
   std::vector<IterDomain*> ids;
   const auto a1 = axesOf(mat1), a2 = axesOf(mat2);
   if (offsets != nullptr) {
-    MF_USER_ARG_CHECK(offsets->dtype() == DataType::Int32, op, ": offsets ", offsets->toString(), " must be int32; got ",
-                      toString(offsets->dtype()));
+    MF_USER_ARG_CHECK(offsets->dtype() == DataType::Int32, op, ": offsets ", offsets->toString(),
+                      " must be int32; got ", toString(offsets->dtype()));
     requireRank(op, "offsets", offsets, 1);
     if (r2 == 3) requireExtent(f, op, "offsets", offsets, 0, "mat2", mat2, 0, /*exact=*/true);
   }

@@ -276,7 +276,8 @@ def test_bincount_errors():
     with pytest.raises(meshfuser.Error, match=r"bincount: input T0 has shape \[2, 2\] \(2-D\); expected 1-D"):
         with FusionDefinition() as fd:
             fd.ops.bincount(fd.define_tensor([2, 2], dtype=DataType.Int), 4)
-    with pytest.raises(meshfuser.Error, match=r"bincount: the values of T0 must lie in \[0, 4\).*got values in \[0, 4\]"):
+    match = r"bincount: the values of T0 must lie in \[0, 4\).*got values in \[0, 4\]"
+    with pytest.raises(meshfuser.Error, match=match):
         _run(lambda fd, e: fd.ops.bincount(e, 4), [torch.tensor([0, 4, 1])])
 
 
