@@ -340,3 +340,20 @@ def test_moe_layer_single_device():
 
     _, (out,) = _run(layer, [x, router, w_gate, w_up, w_down])
     torch.testing.assert_close(out, _moe_reference(x, router, w_gate, w_up, w_down, k))
+
+
+def test_routing_ops_run_on_aten_around_generated_kernels():
+    """fd.cuda_kernels (meta inputs, no GPU needed): the routing ops and grouped_mm evaluate on meta
+    tensors, and only the pointwise silu after them becomes a generated kernel."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([8, 16])
+        w = fd.define_tensor([4, 16, 8])
+        experts = fd.define_tensor([8], dtype=DataType.Int)
+        offs = fd.ops.cumsum(fd.ops.bincount(experts, 4), 0, dtype=DataType.Int32)
+        order = fd.ops.argsort(experts, 0, stable=True)
+        fd.add_output(fd.ops.silu(fd.ops.grouped_mm(fd.ops.index_select(x, 0, order), w, offs)))
+    meta = [torch.empty(8, 16, device="meta"), torch.empty(4, 16, 8, device="meta"),
+            torch.empty(8, dtype=torch.long, device="meta")]
+    kernels = fd.cuda_kernels(meta)
+    assert len(kernels) == 1
+    assert "expf" in kernels[0]
