@@ -6,8 +6,8 @@ DETAIL), timed back to back (as a training step issues layers) and with a synchr
 every call. The control transport is the process's (shared memory by default on one host;
 MESHFUSER_CONTROL_TRANSPORT=gloo for Gloo); run once per transport.
     torchrun --nproc_per_node=2 benchmarks/agreement_overhead.py
-CUDA tensors on ranks sharing one GPU (NCCL refuses that): MESHFUSER_BENCH_SHARED_GPU=1 makes the
-default group Gloo, which takes CUDA tensors for these collectives."""
+CUDA tensors on ranks sharing one GPU (NCCL refuses that): MESHFUSER_CUDA_BACKEND=gloo (the data
+collectives on Gloo, which takes CUDA tensors for these)."""
 import os
 import statistics
 import time
@@ -49,8 +49,6 @@ def sharded_rows(d, rows, cols, op):
 
 
 def main():
-    if os.environ.get("MESHFUSER_BENCH_SHARED_GPU"):
-        dist.init_process_group("gloo")
     comm = meshfuser.Communicator.instance()
     d, rank = comm.size(), comm.rank()
     cuda = torch.cuda.is_available()

@@ -70,9 +70,9 @@ function(meshfuser_check_libstdcxx compiler python)
     unset(_mf_cand)
   endforeach()
   if(suggestion)
-    set(advice "Build with that Python's compiler, e.g.\n  CXX=${suggestion} pip install --no-build-isolation .\n(or -DCMAKE_CXX_COMPILER=${suggestion}; ./scripts/setup does this by itself)")
+    set(advice "Build with that Python's compiler, e.g.\n  MESHFUSER_CXX=${suggestion} pip install --no-build-isolation .\n(pip install and ./scripts/setup pick the g++ on PATH by themselves; MESHFUSER_CXX overrides, or -DCMAKE_CXX_COMPILER=${suggestion})")
   else()
-    set(advice "Build with a compiler whose libstdc++ is not newer than GLIBCXX_${python_max} (the GCC that built that Python's libstdc++), e.g. CXX=<that g++> pip install --no-build-isolation .")
+    set(advice "Build with a compiler whose libstdc++ is not newer than GLIBCXX_${python_max} (the GCC that built that Python's libstdc++), e.g. MESHFUSER_CXX=<that g++> pip install --no-build-isolation .")
   endif()
   message(FATAL_ERROR "meshfuser: the C++ compiler ${compiler} links libstdc++ ${compiler_lib} "
     "(up to GLIBCXX_${compiler_max}), but ${python} loads ${python_lib} (up to GLIBCXX_${python_max}) "

@@ -20,5 +20,5 @@ execute_process(COMMAND "${PYTHON}" -c "${script}" "${MODULE}"
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "meshfuser: the module built by ${COMPILER} does not import or crashes when used (${rc}):\n${err}\n"
     "It must be compiled by the compiler whose libstdc++ Python loads (the system one next to "
-    "libtorch). Build with CXX=/usr/bin/g++ (pip install) or MESHFUSER_CXX=/usr/bin/g++ (scripts/setup).")
+    "libtorch). Build with MESHFUSER_CXX=/usr/bin/g++ (pip install or scripts/setup).")
 endif()

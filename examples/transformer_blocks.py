@@ -269,7 +269,8 @@ def define_gpt_backward(fd, b, s, h, hd, dtype=DataType.Float, mesh=None, form="
     GPT_PARAMS entry. SP mirrors the forward: the gradient is gathered before each row-parallel
     linear's backward (the forward's ReduceScatter) and the column-parallel input gradients are
     reduce-scattered (the forward's Allgather); LayerNorm weight gradients, partial per sequence
-    shard, are Allreduced. TP: one Allreduce per column-parallel input gradient."""
+    shard, are Allreduced. TP: the column-parallel input gradients are partial sums; the planner adds
+    the q, k and v ones before one Allreduce (sum_partials), so two Allreduces in all."""
     e, rows = h * hd, b * s
     shapes = gpt_shapes(b, s, e)
     saved_shapes = {"ln0": [b, s, e], "q": [b, h, s, hd], "k": [b, h, s, hd], "v": [b, h, s, hd],

@@ -17,7 +17,8 @@ void bindCommunicator(py::module& m) {
   auto comm = py::class_<Communicator, std::unique_ptr<Communicator, py::nodelete>>(m, "_Communicator");
   comm.def_static("instance", &Communicator::instance, py::return_value_policy::reference)
       // Without the GIL: the control transport's set-up exchanges go over Gloo.
-      .def("init", &Communicator::init, py::call_guard<py::gil_scoped_release>())
+      .def("init", &Communicator::init, py::arg("world_group"), py::arg("cpu_group"), py::arg("rank"), py::arg("size"),
+           py::arg("local_rank"), py::arg("local_size"), py::call_guard<py::gil_scoped_release>())
       .def("control_transport", &Communicator::controlTransport)
       // One control round (tests and benchmarks of the transport): every rank's values, rank-major.
       .def("exchange", [](Communicator& c, const std::vector<int64_t>& v) { return c.exchange(v, "a Python exchange"); },
@@ -43,8 +44,9 @@ void bindCommunicator(py::module& m) {
                py::gil_scoped_acquire gil;
                return (*fn)(team).cast<std::string>();
              });
-           })
-      .def("create_teams", &Communicator::createTeams, py::call_guard<py::gil_scoped_release>())
+           },
+           py::arg("factory"))
+      .def("create_teams", &Communicator::createTeams, py::arg("teams"), py::call_guard<py::gil_scoped_release>())
       // Posting releases the GIL: a c10d worker thread that drops the last reference to a tensor
       // with a Python object needs the GIL while holding the queue lock that posting takes.
       .def("allgather", &Communicator::allgather, py::arg("team"), py::arg("output"), py::arg("input"),

@@ -83,11 +83,9 @@ void bindIr(py::module& m) {
       .value("mesh_y", ParallelType::DIDy)
       .value("mesh_z", ParallelType::DIDz)
       .value("stream", ParallelType::Stream)
-      .value("serial", ParallelType::Serial)
-      .value("block_x", ParallelType::BIDx)
-      .value("thread_x", ParallelType::TIDx)
-      .value("vectorize", ParallelType::Vectorize)
-      .value("unroll", ParallelType::Unroll);
+      .value("serial", ParallelType::Serial);
+  // The GPU kernel's own parallel types (threads, blocks, vectorize, unroll) are chosen by the
+  // code generator, never by a schedule: not offered to users.
 
   py::class_<DeviceMesh>(m, "_DeviceMesh")
       .def(py::init<std::vector<int64_t>, std::vector<int64_t>>())
@@ -95,10 +93,11 @@ void bindIr(py::module& m) {
       .def_property_readonly("shape", [](const DeviceMesh& d) { return py::tuple(py::cast(d.shape())); })
       .def_property_readonly("devices", &DeviceMesh::devices)
       .def("slice", &DeviceMesh::slice, py::arg("rank"), py::arg("parallel_type"))
-      .def("all_slices", &DeviceMesh::allSlices)
-      .def("linear_index_of", &DeviceMesh::linearIndexOf)
-      .def("coordinates_of", &DeviceMesh::coordinatesOf)
-      .def("size_of", [](const DeviceMesh& d, ParallelType pt) { return d.size(pt); })
+      .def("all_slices", &DeviceMesh::allSlices, py::arg("parallel_type"))
+      .def("linear_index_of", &DeviceMesh::linearIndexOf, py::arg("rank"), "Position of `rank` in the mesh, or -1")
+      .def("coordinates_of", &DeviceMesh::coordinatesOf, py::arg("rank"))
+      .def("size_of", [](const DeviceMesh& d, ParallelType pt) { return d.size(pt); }, py::arg("parallel_type"),
+           "How many devices the mesh has along `parallel_type`")
       .def("__eq__", [](const DeviceMesh& a, const DeviceMesh& b) { return a == b; })
       .def("__repr__", [](const DeviceMesh& d) { return "DeviceMesh(" + d.toString() + ")"; });
 
@@ -108,7 +107,10 @@ void bindIr(py::module& m) {
       .def_property_readonly("extent", &Scalar::extent);
   py::class_<TensorView, Val>(m, "TensorView")
       .def_property_readonly("ndim", &TensorView::nDims)
-      .def_property_readonly("name", &TensorView::name)
+      .def_property_readonly(
+          "name", [](const TensorView& tv) { return tv.userName().empty() ? tv.toString() : tv.userName(); },
+          "The name given to define_tensor(name=...), or the IR's own (\"T3\")")
+      .def("_set_name", &TensorView::setUserName, py::arg("name"))
       .def_property_readonly("shape",
                              [](const TensorView& tv) {
                                std::vector<int64_t> s;
@@ -116,29 +118,38 @@ void bindIr(py::module& m) {
                                return s;
                              })
       .def("split", &TensorView::split, py::arg("axis"), py::arg("factor"), py::arg("inner_split") = true)
-      .def("outer_split", [](TensorView& tv, int64_t axis, int64_t f) { tv.split(axis, f, false); })
-      .def("inner_split", [](TensorView& tv, int64_t axis, int64_t f) { tv.split(axis, f, true); })
+      .def("outer_split", [](TensorView& tv, int64_t axis, int64_t f) { tv.split(axis, f, false); }, py::arg("axis"),
+           py::arg("factor"), "Splits loop axis `axis` into [factor, extent / factor] (sharding: factor = mesh size)")
+      .def("inner_split", [](TensorView& tv, int64_t axis, int64_t f) { tv.split(axis, f, true); }, py::arg("axis"),
+           py::arg("factor"), "Splits loop axis `axis` into [extent / factor, factor]")
       // merge(axis): axis with the one after it, as in nvFuser's Python API.
       .def("merge", [](TensorView& tv, int64_t axis) { tv.merge(axis, axis + 1); }, py::arg("axis"))
       .def("reorder",
            [](TensorView& tv, const std::map<int64_t, int64_t>& m) {
              std::vector<std::pair<int64_t, int64_t>> v(m.begin(), m.end());
              tv.reorder(v);
-           })
-      .def("parallelize", &TensorView::parallelize)
+           },
+           py::arg("old_to_new"), "Moves loop axes: {old position: new position}")
+      .def("parallelize", &TensorView::parallelize, py::arg("axis"), py::arg("parallel_type"),
+           "Runs loop axis `axis` on `parallel_type` (mesh_x/y/z: one device each; stream: chunks in a loop)")
       .def("swizzle1d", &TensorView::swizzle1d, py::arg("axis"), py::arg("parallel_type"))
       .def("set_device_mesh", &TensorView::setDeviceMesh)
       .def("has_device_mesh", &TensorView::hasMesh)
       .def_property_readonly("device_mesh", &TensorView::mesh)
-      .def("set_allocation_as_loop", &TensorView::setAllocationAsLoop)
-      .def("rfactor", [](TensorView& tv, const std::vector<int64_t>& axes) { return owned(tv.rfactor(axes)); })
+      .def("set_allocation_as_loop", &TensorView::setAllocationAsLoop,
+           "Lays the tensor out in memory in its loop order (device axes have extent 1 locally)")
+      .def(
+          "rfactor", [](TensorView& tv, const std::vector<int64_t>& axes) { return owned(tv.rfactor(axes)); },
+          py::arg("axes"), "Splits this reduction in two: a partial over `axes` (returned), then the rest")
       .def("axis_info",
            [](const TensorView& tv, int64_t i) {
              IterDomain* id = tv.axis(i);
              return py::make_tuple(id->extent().isConst() ? py::cast(id->extent().value) : py::cast(id->extent().symbol),
                                    id->parallelType(), id->isReduction(), id->toString());
-           })
-      .def("sharded_axis", [](const TensorView& tv, ParallelType pt) { return shardedAxis(&tv, pt); })
+           },
+           py::arg("axis"))
+      .def("sharded_axis", [](const TensorView& tv, ParallelType pt) { return shardedAxis(&tv, pt); },
+           py::arg("parallel_type"), "The logical axis sharded on `parallel_type`, or -1")
       .def("splits_are_blocked", [](const TensorView& tv) { return allSplitsBlocked(&tv); })
       .def("shard_positions",
            [](const TensorView& tv, int64_t axis, int64_t global_extent, int64_t rank) -> py::object {
@@ -152,21 +163,25 @@ void bindIr(py::module& m) {
              return py::cast(axisPositions(&tv, axis, global_extent, [&](ParallelType pt) {
                return coords.at(static_cast<size_t>(tv.mesh().axisOf(pt)));
              }));
-           })
+           },
+           py::arg("axis"), py::arg("global_extent"), py::arg("rank"),
+           "The global positions along `axis` that `rank` holds, or None when the axis is not sharded")
       .def("__str__", [](const TensorView& tv) { return printTensor(&tv); });
 
   py::class_<Fusion, std::shared_ptr<Fusion>>(m, "Fusion")
       .def(py::init<>())
       .def("define_tensor", &defineTensor, py::arg("shape"), py::arg("dtype"), py::arg("contiguity") = std::vector<bool>{},
            py::arg("stride_order") = std::vector<int64_t>{}, py::return_value_policy::reference_internal)
-      .def("define_scalar", &defineScalar, py::return_value_policy::reference_internal)
-      .def("add_output", &Fusion::addOutput)
+      .def("define_scalar", &defineScalar, py::arg("dtype"), py::arg("value"), py::return_value_policy::reference_internal)
+      .def("add_output", &Fusion::addOutput, py::arg("tv"))
       .def("num_inputs", [](const Fusion& f) { return f.inputs().size(); })
       .def("num_outputs", [](const Fusion& f) { return f.outputs().size(); })
-      .def("input_is_tensor", [](const Fusion& f, size_t i) { return f.inputs().at(i)->isTensor(); })
-      .def("input", [](const Fusion& f, size_t i) { return f.inputs().at(i); }, py::return_value_policy::reference_internal)
-      .def("output", [](const Fusion& f, size_t i) { return f.outputs().at(i); }, py::return_value_policy::reference_internal)
-      .def("set_overlap", &Fusion::setOverlap)
+      .def("input_is_tensor", [](const Fusion& f, size_t i) { return f.inputs().at(i)->isTensor(); }, py::arg("index"))
+      .def("input", [](const Fusion& f, size_t i) { return f.inputs().at(i); }, py::arg("index"),
+           py::return_value_policy::reference_internal)
+      .def("output", [](const Fusion& f, size_t i) { return f.outputs().at(i); }, py::arg("index"),
+           py::return_value_policy::reference_internal)
+      .def("set_overlap", &Fusion::setOverlap, py::arg("mode"))
       .def("overlap", &Fusion::overlap)
       .def("version", &Fusion::version)
       .def("fingerprint", [](const Fusion& f) { return fingerprint(f); })

@@ -147,6 +147,18 @@ class FusionHandle {
     return sources;
   }
 
+  // The outputs' local shapes, dtypes and strides as meta tensors, without running anything.
+  std::vector<at::Tensor> metaOutputs(const py::list& args) {
+    std::vector<RuntimeValue> inputs = toInputs(args);
+    std::vector<at::Tensor> outputs;
+    FusionExecutorCache& cache = this->cache();
+    {
+      py::gil_scoped_release release;
+      cache.generatedKernels(inputs, nullptr, &outputs);
+    }
+    return outputs;
+  }
+
   static std::vector<RuntimeValue> toInputs(const py::list& args) {
     std::vector<RuntimeValue> inputs;
     inputs.reserve(args.size());
@@ -221,11 +233,15 @@ class FusionHandle {
 void bindRuntime(py::module& m) {
   py::class_<FusionHandle>(m, "FusionHandle")
       .def(py::init<std::shared_ptr<Fusion>>())
-      .def("execute", &FusionHandle::execute)
-      .def("refuse", &FusionHandle::refuse)
+      .def("execute", &FusionHandle::execute, py::arg("inputs"))
+      .def("refuse", &FusionHandle::refuse, py::arg("error"))
       .def_property_readonly("entered", &FusionHandle::entered)
-      .def("cuda_kernels", &FusionHandle::cudaKernels)
-      .def("host_program", [](const FusionHandle& h) { return h.last().hostProgramText(); })
+      .def("cuda_kernels", &FusionHandle::cudaKernels, py::arg("inputs"))
+      .def("meta_outputs", &FusionHandle::metaOutputs, py::arg("inputs"))
+      .def(
+          "host_program",
+          [](const FusionHandle& h, bool deallocations) { return h.last().hostProgramText(deallocations); },
+          py::arg("deallocations") = false)
       .def("compiled_fusion", [](const FusionHandle& h) { return printFusion(h.last().compiledFusion()); })
       .def("output_shardings", &FusionHandle::outputShardings)
       .def("num_executors", [](FusionHandle& h) { return h.cache().numExecutors(); })
@@ -264,7 +280,8 @@ void bindRuntime(py::module& m) {
         }
         return l;
       });
-  m.def("start_profiling", [](ProfileRecorder* r) { ProfileRecorder::active() = r; }, py::keep_alive<0, 1>());
+  m.def("start_profiling", [](ProfileRecorder* r) { ProfileRecorder::active() = r; }, py::arg("recorder"),
+        py::keep_alive<0, 1>());
   m.def("stop_profiling", [] { ProfileRecorder::active() = nullptr; });
 
   // support/log.h: lines reach Python's logging through this sink (meshfuser/_logging.py).

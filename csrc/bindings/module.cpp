@@ -11,6 +11,9 @@ namespace py = pybind11;
 PYBIND11_MODULE(_C, m) {
   m.doc() = "meshfuser: sharded tensor programs on many devices";
   m.attr("__version__") = mf::kVersion;
+#ifdef MESHFUSER_BUILT_WITH_TORCH
+  m.attr("_built_with_torch") = MESHFUSER_BUILT_WITH_TORCH;
+#endif
   static py::exception<mf::UserError> error(m, "Error", PyExc_RuntimeError);
   // ArgumentError is both a meshfuser.Error and a ValueError.
   py::object bases = py::make_tuple(error, py::handle(PyExc_ValueError));

@@ -54,8 +54,8 @@ std::string Segment::toString() const {
 
 std::string HostProgram::toString(const std::vector<std::string>& schedulers,
                                   const std::vector<std::pair<int64_t, int64_t>>& bytes,
-                                  const std::vector<int64_t>& loop_chunks) const {
-  int64_t total_sent = 0, total_received = 0;
+                                  const std::vector<int64_t>& loop_chunks, bool show_deallocations) const {
+  int64_t total_sent = 0, total_received = 0, hidden = 0;
   std::ostringstream ss;
   ss << "HostProgram (rank " << rank_ << ") {\n";
   for (const HostInstruction& inst : instructions_) {
@@ -135,12 +135,21 @@ std::string HostProgram::toString(const std::vector<std::string>& schedulers,
         ss << "    writes " << loop.result->toString() << " chunk by chunk\n  }\n";
         break;
       }
-      case HostInstruction::Kind::Deallocate: ss << "  deallocate " << inst.tv->toString() << "\n"; break;
+      case HostInstruction::Kind::Deallocate:
+        if (show_deallocations) ss << "  deallocate " << inst.tv->toString() << "\n";
+        else ++hidden;
+        break;
     }
   }
   if (!bytes.empty()) ss << "  total bytes: sent=" << total_sent << " received=" << total_received << "\n";
   ss << "  outputs:";
   for (Val* v : fusion_->outputs()) ss << " " << v->toString();
+  std::string names;
+  for (const TensorView* tv : fusion_->allTensors()) {
+    if (!tv->userName().empty()) names += " " + tv->toString() + "=" + tv->userName();
+  }
+  if (!names.empty()) ss << "\n  names:" << names;
+  if (hidden > 0) ss << "\n  (" << hidden << " deallocations not shown: host_program(deallocations=True) lists them)";
   ss << "\n}\n";
   return ss.str();
 }

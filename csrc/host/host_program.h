@@ -122,7 +122,7 @@ class HostProgram {
   // may run fewer than it was planned with).
   std::string toString(const std::vector<std::string>& schedulers = {},
                        const std::vector<std::pair<int64_t, int64_t>>& bytes = {},
-                       const std::vector<int64_t>& loop_chunks = {}) const;
+                       const std::vector<int64_t>& loop_chunks = {}, bool show_deallocations = true) const;
 
  private:
   std::unique_ptr<Fusion> fusion_;

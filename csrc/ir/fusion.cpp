@@ -221,6 +221,7 @@ std::unique_ptr<Fusion> Fusion::clone(std::unordered_map<const Val*, Val*>* out_
       ctv->setContiguity(tv->contiguity());
       ctv->setStrideOrder(tv->strideOrder());
       ctv->setDeviceMesh(tv->mesh());
+      if (!tv->userName().empty()) ctv->setUserName(tv->userName());
       c = std::move(ctv);
     } else {
       auto* s = static_cast<const Scalar*>(v.get());

@@ -173,6 +173,12 @@ class TensorView : public Val {
   void setContiguity(std::vector<bool> c) { contiguity_ = std::move(c); }
   void setStrideOrder(std::vector<int64_t> s) { stride_order_ = std::move(s); }
 
+  // The user's name (define_tensor(name=...)), empty when none: printed by print(fd) (name=...),
+  // in the host program's legend and in error messages (label()).
+  const std::string& userName() const { return user_name_; }
+  void setUserName(std::string name);  // a Python-identifier-like word; user error otherwise
+  std::string label() const;           // "T3 (hidden_states)", or "T3"
+
   int64_t normalizeAxis(int64_t axis, int64_t ndims, const char* what) const;
   std::string toString() const override;  // "T3"
   std::string domainString() const;        // "T3_float[i{s0}, iDIDx{2}, ...]"
@@ -185,6 +191,7 @@ class TensorView : public Val {
   std::vector<bool> contiguity_;       // per logical non-reduction axis; empty = contiguous
   std::vector<int64_t> stride_order_;  // empty = row major
   DeviceMesh mesh_;
+  std::string user_name_;
 };
 
 // Attributes of an op. Which fields mean what depends on the OpType:

@@ -34,8 +34,8 @@ std::vector<IterDomain*> copiesOf(Fusion& f, const TensorView* tv) {
 Fusion& fusionOf(const char* op, const std::vector<TensorView*>& tvs) {
   Fusion* f = tvs.at(0)->fusion();
   for (size_t i = 1; i < tvs.size(); ++i) {
-    MF_USER_ARG_CHECK(tvs[i]->fusion() == f, op, ": operand ", i, " (", tvs[i]->toString(),
-                      ") belongs to another fusion definition than operand 0 (", tvs[0]->toString(),
+    MF_USER_ARG_CHECK(tvs[i]->fusion() == f, op, ": operand ", i, " (", tvs[i]->label(),
+                      ") belongs to another fusion definition than operand 0 (", tvs[0]->label(),
                       "); an op takes values of one definition");
   }
   return *f;
@@ -45,18 +45,18 @@ Fusion& fusionOf(const char* op, const std::vector<TensorView*>& tvs) {
 int64_t normalizedDim(const char* op, const TensorView* x, int64_t dim) {
   const int64_t rank = rankOf(x);
   const int64_t d = dim < 0 ? dim + rank : dim;
-  MF_USER_ARG_CHECK(rank > 0 && d >= 0 && d < rank, op, ": dim ", dim, " is out of range for ", x->toString(),
+  MF_USER_ARG_CHECK(rank > 0 && d >= 0 && d < rank, op, ": dim ", dim, " is out of range for ", x->label(),
                     " of shape ", shapeOf(x), "; expected [", -rank, ", ", rank, ")");
   return d;
 }
 
 void requireIndexDtype(const char* op, const char* what, const TensorView* index) {
   MF_USER_ARG_CHECK(index->dtype() == DataType::Int || index->dtype() == DataType::Int32, op, ": ", what, " ",
-                    index->toString(), " must be int64 or int32; got ", toString(index->dtype()));
+                    index->label(), " must be int64 or int32; got ", toString(index->dtype()));
 }
 
 void requireRank(const char* op, const char* what, const TensorView* tv, int64_t rank) {
-  MF_USER_ARG_CHECK(rankOf(tv) == rank, op, ": ", what, " ", tv->toString(), " has shape ", shapeOf(tv),
+  MF_USER_ARG_CHECK(rankOf(tv) == rank, op, ": ", what, " ", tv->label(), " has shape ", shapeOf(tv),
                     " (", rankOf(tv), "-D); expected ", rank, "-D");
 }
 
@@ -67,9 +67,9 @@ void requireExtent(Fusion& f, const char* op, const char* what_t, const TensorVi
   const Extent& et = axesOf(t)[a]->extent();
   const Extent& el = axesOf(limit)[b]->extent();
   if (et.isConst() && el.isConst()) {
-    MF_USER_CHECK(exact ? et.value == el.value : et.value <= el.value, op, ": ", what_t, " ", t->toString(), " has ",
+    MF_USER_CHECK(exact ? et.value == el.value : et.value <= el.value, op, ": ", what_t, " ", t->label(), " has ",
                   et.value, " at axis ", a, " (shape ", shapeOf(t), "); expected ", exact ? "" : "at most ", el.value,
-                  ", the extent of ", what_l, " ", limit->toString(), " at axis ", b, " (shape ", shapeOf(limit), ")");
+                  ", the extent of ", what_l, " ", limit->label(), " at axis ", b, " (shape ", shapeOf(limit), ")");
   } else if (exact && !et.isConst() && !el.isConst()) {
     f.unifySymbols(et.symbol, el.symbol);
   }
@@ -81,23 +81,23 @@ TensorView* groupedMm(TensorView* mat1, TensorView* mat2, TensorView* offsets) {
   const char* op = "grouped_mm";
   Fusion& f = offsets ? fusionOf(op, {mat1, mat2, offsets}) : fusionOf(op, {mat1, mat2});
   const int64_t r1 = rankOf(mat1), r2 = rankOf(mat2);
-  MF_USER_ARG_CHECK(isFloatingPoint(mat1->dtype()) && mat1->dtype() == mat2->dtype(), op, ": mat1 ", mat1->toString(),
-                    " (", toString(mat1->dtype()), ") and mat2 ", mat2->toString(), " (", toString(mat2->dtype()),
+  MF_USER_ARG_CHECK(isFloatingPoint(mat1->dtype()) && mat1->dtype() == mat2->dtype(), op, ": mat1 ", mat1->label(),
+                    " (", toString(mat1->dtype()), ") and mat2 ", mat2->label(), " (", toString(mat2->dtype()),
                     ") must have one floating-point dtype");
   MF_USER_ARG_CHECK((r1 == 2 || r1 == 3) && (r2 == 2 || r2 == 3) && !(r1 == 3 && r2 == 2), op, ": mat1 ",
-                    mat1->toString(), " has shape ", shapeOf(mat1), " and mat2 ", mat2->toString(), " has shape ",
+                    mat1->label(), " has shape ", shapeOf(mat1), " and mat2 ", mat2->label(), " has shape ",
                     shapeOf(mat2), "; expected 2-D x 3-D (offsets split mat1's rows), 3-D x 3-D (no offsets) or "
                     "2-D x 2-D (offsets split the contraction)");
   const bool batched = r1 == 3 && r2 == 3;
   MF_USER_ARG_CHECK(batched == (offsets == nullptr), op, ": ",
                     batched ? "3-D x 3-D takes no offsets (each group is a whole matrix); got "
                             : "a 2-D mat1 needs offsets (int32 cumulative group ends); got ",
-                    offsets ? offsets->toString() : "none");
+                    offsets ? offsets->label() : "none");
   requireExtent(f, op, "mat2", mat2, r2 - 2, "mat1", mat1, r1 - 1, /*exact=*/true);  // k
   std::vector<IterDomain*> ids;
   const auto a1 = axesOf(mat1), a2 = axesOf(mat2);
   if (offsets != nullptr) {
-    MF_USER_ARG_CHECK(offsets->dtype() == DataType::Int32, op, ": offsets ", offsets->toString(),
+    MF_USER_ARG_CHECK(offsets->dtype() == DataType::Int32, op, ": offsets ", offsets->label(),
                       " must be int32; got ", toString(offsets->dtype()));
     requireRank(op, "offsets", offsets, 1);
     if (r2 == 3) requireExtent(f, op, "offsets", offsets, 0, "mat2", mat2, 0, /*exact=*/true);
@@ -121,10 +121,10 @@ std::pair<TensorView*, TensorView*> topk(TensorView* x, int64_t k, int64_t dim, 
   const char* op = "topk";
   Fusion& f = *x->fusion();
   const int64_t d = normalizedDim(op, x, dim);
-  MF_USER_ARG_CHECK(x->dtype() != DataType::Bool, op, ": ", x->toString(), " is bool; topk needs numbers");
+  MF_USER_ARG_CHECK(x->dtype() != DataType::Bool, op, ": ", x->label(), " is bool; topk needs numbers");
   const Extent& n = axesOf(x)[d]->extent();
   MF_USER_ARG_CHECK(k >= 0 && (!n.isConst() || k <= n.value), op, ": k = ", k, " is out of range for axis ", d, " of ",
-                    x->toString(), " (shape ", shapeOf(x), "); expected 0 <= k <= ", n.toString());
+                    x->label(), " (shape ", shapeOf(x), "); expected 0 <= k <= ", n.toString());
   std::vector<IterDomain*> values = copiesOf(f, x), indices = copiesOf(f, x);
   values[d] = axisOfExtent(f, k);
   indices[d] = axisOfExtent(f, k);
@@ -141,7 +141,7 @@ std::pair<TensorView*, TensorView*> topk(TensorView* x, int64_t k, int64_t dim, 
 
 namespace {
 ExprAttrs sortAttrs(const char* op, const TensorView* x, int64_t dim, bool descending, bool stable) {
-  MF_USER_ARG_CHECK(x->dtype() != DataType::Bool, op, ": ", x->toString(), " is bool; ", op, " needs numbers");
+  MF_USER_ARG_CHECK(x->dtype() != DataType::Bool, op, ": ", x->label(), " is bool; ", op, " needs numbers");
   ExprAttrs attrs;
   attrs.dim = normalizedDim(op, x, dim);
   attrs.descending = descending;
@@ -204,8 +204,8 @@ TensorView* scatter(TensorView* x, int64_t dim, TensorView* index, TensorView* s
   requireIndexDtype(op, "index", index);
   requireRank(op, "index", index, rankOf(x));
   requireRank(op, "src", src, rankOf(x));
-  MF_USER_ARG_CHECK(src->dtype() == x->dtype(), op, ": src ", src->toString(), " has dtype ", toString(src->dtype()),
-                    " but the input ", x->toString(), " has ", toString(x->dtype()), "; they must agree");
+  MF_USER_ARG_CHECK(src->dtype() == x->dtype(), op, ": src ", src->label(), " has dtype ", toString(src->dtype()),
+                    " but the input ", x->label(), " has ", toString(x->dtype()), "; they must agree");
   for (int64_t a = 0; a < rankOf(x); ++a) {
     requireExtent(f, op, "index", index, a, "src", src, a, /*exact=*/false);
     if (a != attrs.dim) requireExtent(f, op, "index", index, a, "input", x, a, /*exact=*/false);
@@ -223,8 +223,8 @@ TensorView* indexAdd(TensorView* x, int64_t dim, TensorView* index, TensorView* 
   requireIndexDtype(op, "index", index);
   requireRank(op, "index", index, 1);
   requireRank(op, "src", src, rankOf(x));
-  MF_USER_ARG_CHECK(src->dtype() == x->dtype(), op, ": src ", src->toString(), " has dtype ", toString(src->dtype()),
-                    " but the input ", x->toString(), " has ", toString(x->dtype()), "; they must agree");
+  MF_USER_ARG_CHECK(src->dtype() == x->dtype(), op, ": src ", src->label(), " has dtype ", toString(src->dtype()),
+                    " but the input ", x->label(), " has ", toString(x->dtype()), "; they must agree");
   for (int64_t a = 0; a < rankOf(x); ++a) {
     if (a == attrs.dim) requireExtent(f, op, "src", src, a, "index", index, 0, /*exact=*/true);
     else requireExtent(f, op, "src", src, a, "input", x, a, /*exact=*/true);

@@ -259,6 +259,8 @@ class Parser {
         std::vector<bool> c;
         for (char ch : word.substr(11)) c.push_back(ch == 't');
         tv->setContiguity(c);
+      } else if (startsWith(word, "name=")) {
+        tv->setUserName(word.substr(5));
       } else if (startsWith(word, "stride_order=")) {
         std::vector<int64_t> order;
         for (char ch : word.substr(13)) order.push_back(ch - '0');

@@ -23,12 +23,6 @@ std::string valName(const Val* v) {
   return s->value() ? s->toString() : s->toString() + "_" + toString(s->dtype());
 }
 
-// Full precision, as scalars print: the printed text is the cache key.
-std::string numberText(double x) {
-  std::ostringstream ss;
-  ss << std::setprecision(17) << x;
-  return ss.str();
-}
 
 std::string attrString(const Expr* e) {
   const ExprAttrs& a = e->attrs();
@@ -90,6 +84,7 @@ std::string printTensor(const TensorView* tv) {
     ss << " stride_order=";
     for (int64_t s : tv->strideOrder()) ss << s;
   }
+  if (!tv->userName().empty()) ss << " name=" << tv->userName();
   ss << "\n";
   if (!tv->root().empty()) ss << "    root: " << idList(tv->root()) << "\n";
   for (const IdTransform* t : transformsOf(tv)) ss << "    " << t->toString() << "\n";

@@ -9,6 +9,7 @@
 #include "ir/fusion.h"
 #include "ir/nodes.h"
 #include "support/error.h"
+#include "support/text.h"
 
 namespace mf {
 
@@ -45,10 +46,8 @@ void Val::removeUse(Expr* e) {
 
 std::string Scalar::toString() const {
   if (value_.has_value()) {
-    // Full precision: the printed text is the cache key, so 1.0000001 and 1.0000002 must differ.
-    std::ostringstream ss;
-    ss << std::setprecision(17) << *value_;
-    return ss.str();
+    // Shortest round trip: the printed text is the cache key, so 1.0000001 and 1.0000002 differ.
+    return numberText(*value_);
   }
   if (isExtent()) return "S" + std::to_string(name()) + "{" + extent_ + "}";
   return "S" + std::to_string(name());
@@ -188,6 +187,16 @@ void TensorView::setDeviceMesh(const DeviceMesh& mesh) {
 }
 
 std::string TensorView::toString() const { return "T" + std::to_string(name()); }
+
+void TensorView::setUserName(std::string name) {
+  bool word = !name.empty() && !std::isdigit(static_cast<unsigned char>(name[0]));
+  for (char c : name) word = word && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.');
+  MF_USER_ARG_CHECK(word, "define_tensor: name '", name, "' for ", toString(), " must be a word of letters, digits, '_' ",
+                    "and '.' that does not start with a digit (e.g. \"hidden_states\")");
+  user_name_ = std::move(name);
+}
+
+std::string TensorView::label() const { return user_name_.empty() ? toString() : toString() + " (" + user_name_ + ")"; }
 
 std::string TensorView::domainString() const {
   auto list = [](const std::vector<IterDomain*>& ids) {

@@ -22,6 +22,7 @@ std::unique_ptr<Pass> makeValidateMeshesPass();
 std::unique_ptr<Pass> makePropagateShardingsPass();
 std::unique_ptr<Pass> makePartialGathersPass();
 std::unique_ptr<Pass> makeDecomposeReshardingsPass();
+std::unique_ptr<Pass> makeSumPartialsPass();
 std::unique_ptr<Pass> makeFinalizeAllocationPass();
 
 // The ordered pipeline.

@@ -16,6 +16,7 @@ std::vector<std::unique_ptr<Pass>> defaultPipeline() {
   passes.push_back(makePropagateShardingsPass());
   passes.push_back(makePartialGathersPass());
   passes.push_back(makeDecomposeReshardingsPass());
+  passes.push_back(makeSumPartialsPass());
   passes.push_back(makeFinalizeAllocationPass());
   return passes;
 }

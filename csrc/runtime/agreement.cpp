@@ -126,8 +126,7 @@ std::string callText(const std::vector<int64_t>& all, int64_t r, bool thread) {
 
 // Every rank must be in the same agreement round, on the same call of the same definition, from
 // the same thread: otherwise the ranks are out of step, and every rank raises naming the calls.
-void checkSameCall(Communicator& comm, const std::vector<int64_t>& all, int64_t rank, int64_t size,
-                   uint64_t fingerprint) {
+void checkSameCall(Communicator& comm, const std::vector<int64_t>& all, int64_t size, uint64_t fingerprint) {
   auto at = [&](int64_t r, int64_t slot) { return all[r * kCallHeaderLength + slot]; };
   bool rounds_differ = false, programs_differ = false, calls_differ = false, threads_differ = false;
   std::vector<int64_t> others;
@@ -151,8 +150,8 @@ void checkSameCall(Communicator& comm, const std::vector<int64_t>& all, int64_t 
   if (rounds_differ) {
     std::vector<std::string> rounds(size);
     for (int64_t r = 0; r < size; ++r) rounds[r] = std::to_string(at(r, kRound));
-    MF_THROW_USER("execute: the ranks are out of step: rank(s) ", rankList(others), " sent a different call than rank 0 (", per_rank, "; agreement round per rank: ", perRank(rounds),
-                  "); an earlier call failed on some ranks only, or a rank skipped, added or ended its calls");
+    MF_THROW_USER("execute: the ranks are out of step: rank(s) ", rankList(others), " sent a different call than ",
+                  "rank 0 (", per_rank, "; agreement round per rank: ", perRank(rounds), "); an earlier call failed on some ranks only, or a rank skipped, added or ended its calls");
   }
   if (programs_differ) {
     MF_THROW_USER("execute: the ranks are out of step: rank(s) ", rankList(others), " compiled a different program ",
@@ -270,7 +269,7 @@ void CallAgreement::finish() {
   std::vector<int64_t> all = comm.finishExchange(pending_);
   auto at = [&](int64_t r, int64_t slot) { return all[r * kCallHeaderLength + slot]; };
 
-  checkSameCall(comm, all, comm.rank(), size, fingerprint);
+  checkSameCall(comm, all, size, fingerprint);
   std::vector<int64_t> other_mode, failed;
   for (int64_t r = 0; r < size; ++r) {
     if (at(r, kStrict) != at(0, kStrict)) other_mode.push_back(r);

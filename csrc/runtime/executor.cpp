@@ -23,10 +23,6 @@
 
 namespace mf {
 
-namespace {
-int64_t currentRank(const Communicator& comm) { return comm.initialized() ? comm.rank() : 0; }
-}  // namespace
-
 FusionExecutor::FusionExecutor(const Fusion& fusion, int64_t rank, Communicator& comm) : comm_(&comm) {
   fingerprint_ = fingerprint(fusion);
   auto copy = fusion.clone();
@@ -96,17 +92,17 @@ std::string FusionExecutor::validate(const std::vector<RuntimeValue>& inputs, Ex
     const at::Tensor& t = rv.tensor;
     if (tv->hasMesh() && !tv->mesh().has(rank)) continue;  // not this rank's data
     if (t.scalar_type() != toAten(tv->dtype())) {
-      return mf::str("input ", i, " (", tv->toString(), ") has dtype ", t.scalar_type(), " but the definition expects ",
+      return mf::str("input ", i, " (", tv->label(), ") has dtype ", t.scalar_type(), " but the definition expects ",
                  toString(tv->dtype()));
     }
     if (device && t.device() != *device) {
-      return mf::str("input ", i, " (", tv->toString(), ") is on ", t.device(), " but an earlier input is on ", *device,
+      return mf::str("input ", i, " (", tv->label(), ") is on ", t.device(), " but an earlier input is on ", *device,
                  "; all inputs must be on one device");
     }
     device = t.device();
     auto ids = tv->logicalNoReductions();
     if (t.dim() != static_cast<int64_t>(ids.size())) {
-      return mf::str("input ", i, " (", tv->toString(), ") has ", t.dim(), " dimensions but the definition has ", ids.size());
+      return mf::str("input ", i, " (", tv->label(), ") has ", t.dim(), " dimensions but the definition has ", ids.size());
     }
     auto shards = shardsPerAxis(tv);
     for (size_t a = 0; a < ids.size(); ++a) {
@@ -117,17 +113,17 @@ std::string FusionExecutor::validate(const std::vector<RuntimeValue>& inputs, Ex
         int64_t global = id->extent().value;
         int64_t expected = device_axis ? 1 : (shards[a] > 1 ? global / shards[a] : global);
         if (!device_axis && global % shards[a] != 0) {
-          return mf::str("input ", i, " (", tv->toString(), ") axis ", a, ": global extent ", global,
+          return mf::str("input ", i, " (", tv->label(), ") axis ", a, ": global extent ", global,
                      " does not split evenly over ", shards[a], " devices (uneven sharding is not supported yet)");
         }
         if (local != expected) {
-          return mf::str("input ", i, " (", tv->toString(), ") axis ", a, ": expected local extent ", expected,
+          return mf::str("input ", i, " (", tv->label(), ") axis ", a, ": expected local extent ", expected,
                      shards[a] > 1 ? mf::str(" (global ", global, " over ", shards[a], " devices)") : std::string(),
                      " but got ", local, " (input shape ", listText(t.sizes().vec()), ")");
         }
       } else {
         if (device_axis && local != 1) {
-          return mf::str("input ", i, " (", tv->toString(), ") axis ", a, " is a device axis (", toString(id->parallelType()),
+          return mf::str("input ", i, " (", tv->label(), ") axis ", a, " is a device axis (", toString(id->parallelType()),
                          "): each device holds extent 1 of it, but got ", local);
         }
         int64_t global = 0;
@@ -138,7 +134,7 @@ std::string FusionExecutor::validate(const std::vector<RuntimeValue>& inputs, Ex
         std::string symbol = f.canonicalSymbol(id->extent().symbol);
         auto [it, inserted] = bindings.emplace(symbol, global);
         if (!inserted && it->second != global) {
-          return mf::str("input ", i, " (", tv->toString(), ") axis ", a, ": global extent ", global,
+          return mf::str("input ", i, " (", tv->label(), ") axis ", a, ": global extent ", global,
                          " must equal the extent ", it->second, " that an earlier input gives the same symbolic axis (",
                          id->extent().symbol, ")");
         }
@@ -168,7 +164,7 @@ std::vector<std::pair<int64_t, int64_t>> FusionExecutor::communicationBytes() co
   return bytes;
 }
 
-std::string FusionExecutor::hostProgramText() const {
+std::string FusionExecutor::hostProgramText(bool show_deallocations) const {
   std::vector<int64_t> loop_chunks;
   for (const StreamLoop& loop : program_->streamLoops()) {
     loop_chunks.push_back(effectiveChunks(loop, globalRows(loop, last_bindings_)));
@@ -179,7 +175,8 @@ std::string FusionExecutor::hostProgramText() const {
     mode = "Communications of CUDA tensors run on Gloo (MESHFUSER_CUDA_BACKEND=gloo: the test mode for ranks "
            "sharing a GPU; point-to-point messages staged through host memory; not for speed)\n";
   }
-  return program_->toString(segmentSchedulers(), communicationBytes(), loop_chunks) + mode + segmentationText() +
+  return program_->toString(segmentSchedulers(), communicationBytes(), loop_chunks, show_deallocations) + mode +
+         segmentationText() +
          attentionKernelsText();
 }
 
@@ -211,7 +208,7 @@ std::string FusionExecutor::checkRunnable(const std::vector<RuntimeValue>& input
     if (!inputs[i].is_tensor) continue;
     c10::Device dev = inputs[i].tensor.device();
     if (!dev.is_cpu() && !dev.is_cuda()) {
-      return mf::str("input ", i, " (", f.inputs()[i]->toString(), ") is a ", dev.type(),
+      return mf::str("input ", i, " (", f.inputs()[i]->isTensor() ? static_cast<const TensorView*>(f.inputs()[i])->label() : f.inputs()[i]->toString(), ") is a ", dev.type(),
                      " tensor; execute runs on CPU or CUDA tensors (meta tensors only work with cuda_kernels)");
     }
   }
@@ -239,7 +236,7 @@ std::string FusionExecutor::checkRunnable(const std::vector<RuntimeValue>& input
       for (size_t k = 0; k < f.outputs().size(); ++k) {
         if (f.outputs()[k] == tv) role = mf::str("output ", k);
       }
-      return mf::str(role, " (", tv->toString(), ") axis ", a, ": global extent ", global, " does not split evenly over ",
+      return mf::str(role, " (", tv->label(), ") axis ", a, ": global extent ", global, " does not split evenly over ",
                      shards[a], " devices (mesh ", tv->mesh().toString(), "); uneven sharding is not supported yet");
     }
   }
@@ -538,7 +535,8 @@ void FusionExecutor::runSegment(int64_t index, std::unordered_map<const Val*, at
                       /*launch=*/true, "segment " + std::to_string(index));
 }
 
-std::vector<std::string> FusionExecutor::generatedKernels(const std::vector<RuntimeValue>& inputs) {
+std::vector<std::string> FusionExecutor::generatedKernels(const std::vector<RuntimeValue>& inputs,
+                                                          std::vector<at::Tensor>* meta_outputs) {
   // Walks the program on meta tensors: shapes and strides as a real run would see them.
   const Fusion& f = program_->fusion();
   ExtentBindings bindings;
@@ -576,53 +574,16 @@ std::vector<std::string> FusionExecutor::generatedKernels(const std::vector<Runt
       values[result] = at::empty(shape, at::TensorOptions().dtype(toAten(result->dtype())).device(at::kMeta));
     }
   }
+  if (meta_outputs != nullptr) {
+    for (const Val* out : f.outputs()) {
+      auto* tv = static_cast<const TensorView*>(out);
+      auto it = values.find(out);
+      meta_outputs->push_back(it == values.end()
+                                  ? at::empty({0}, at::TensorOptions().dtype(toAten(tv->dtype())).device(at::kMeta))
+                                  : withStrideOrder(it->second, tv->strideOrder()));
+    }
+  }
   return sources;
-}
-
-std::shared_ptr<FusionExecutor> FusionExecutorCache::executorFor(const std::vector<RuntimeValue>& inputs) {
-  ShapeClass shape_class = shapeClassOf(inputs);
-  for (auto it = executors_.begin(); it != executors_.end(); ++it) {
-    if (!(it->shape_class == shape_class)) continue;
-    executors_.splice(executors_.begin(), executors_, it);  // most recently used first
-    last_ = executors_.front().executor;
-    return last_;
-  }
-  if (isDumpEnabled(DumpOption::Recompile)) {
-    logText("recompile", "recompile: " + (executors_.empty() ? std::string("first call of the definition")
-                                                             : "new shape class (" +
-                                                                   classChange(executors_.front().shape_class, shape_class) + ")"));
-  }
-  auto executor = std::make_shared<FusionExecutor>(*fusion_, currentRank(*comm_), *comm_);
-  ++built_;
-  ++compileCounters().executors;
-  executors_.push_front(Entry{std::move(shape_class), executor});
-  while (static_cast<int64_t>(executors_.size()) > cacheLimits().executors_per_definition) executors_.pop_back();
-  last_ = executor;
-  return executor;
-}
-
-void FusionExecutorCache::refuseCall(const std::string& error) {
-  Communicator& comm = *comm_;
-  if (!comm.initialized() || comm.size() == 1 || comm.broken() || isDisabled(DisableOption::CollectiveValidation)) return;
-  std::lock_guard<std::mutex> call_lock(comm.callMutex());
-  agreeOnCall(comm, *fusion_, fingerprint(*fusion_), {}, {}, error, strictAgreement());
-}
-
-std::vector<at::Tensor> FusionExecutorCache::run(const std::vector<RuntimeValue>& inputs,
-                                                 std::shared_ptr<FusionExecutor>* used) {
-  RECORD_FUNCTION("meshfuser::execute", std::vector<c10::IValue>());  // holds the step ranges (trace_range.h)
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::shared_ptr<FusionExecutor> executor = executorFor(inputs);
-  if (used != nullptr) *used = executor;
-  return executor->run(inputs);
-}
-
-std::vector<std::string> FusionExecutorCache::generatedKernels(const std::vector<RuntimeValue>& inputs,
-                                                              std::shared_ptr<FusionExecutor>* used) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  std::shared_ptr<FusionExecutor> executor = executorFor(inputs);
-  if (used != nullptr) *used = executor;
-  return executor->generatedKernels(inputs);
 }
 
 }  // namespace mf

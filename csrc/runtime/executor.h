@@ -39,14 +39,18 @@ class FusionExecutor {
   // What runs each segment on the last call: "expr_eval" (ATen) or a generated kernel's scheduler.
   std::vector<std::string> segmentSchedulers() const;
   // The host program with those scheduler names and each communication's bytes on the last call.
-  std::string hostProgramText() const;
+  // Deallocations are listed only when asked (they are most of the lines of a large program).
+  std::string hostProgramText(bool show_deallocations = false) const;
   // How each compute segment was split into generated kernels and ATen pieces (planned on the first
   // call of the shape class; empty for segments never planned, e.g. on CPU tensors).
   std::string segmentationText() const;
   std::string attentionKernelsText() const;  // the kernel each attention op ran last
   const Fusion& compiledFusion() const { return program_->fusion(); }
   // CUDA source of every kernel the GPU path generates for these inputs (any device, meta too).
-  std::vector<std::string> generatedKernels(const std::vector<RuntimeValue>& inputs);
+  // `meta_outputs`, when given, receives the outputs as meta tensors of this rank's local shapes,
+  // dtypes and strides (what torch.compile's fake implementation of execute returns).
+  std::vector<std::string> generatedKernels(const std::vector<RuntimeValue>& inputs,
+                                            std::vector<at::Tensor>* meta_outputs = nullptr);
 
  private:
   // Checks inputs and binds symbolic extents. Returns an error message, empty when fine.
@@ -116,7 +120,8 @@ class FusionExecutorCache {
   std::vector<at::Tensor> run(const std::vector<RuntimeValue>& inputs, std::shared_ptr<FusionExecutor>* used = nullptr);
   // The generated kernels' sources for these inputs (cuda_kernels()), under the same lock.
   std::vector<std::string> generatedKernels(const std::vector<RuntimeValue>& inputs,
-                                            std::shared_ptr<FusionExecutor>* used = nullptr);
+                                            std::shared_ptr<FusionExecutor>* used = nullptr,
+                                            std::vector<at::Tensor>* meta_outputs = nullptr);
   // A call this rank cannot even start (`error`, e.g. an input that is not a tensor): it still
   // takes part in the per-call agreement, so that every rank raises. Throws on the other ranks.
   void refuseCall(const std::string& error);

@@ -1,6 +1,8 @@
 // Runs one lowered Communication on local tensors: lays buffers out as its CommunicationLayout says
 // (decided at lowering, see host/communication_layout.cpp), posts it, and registers the local
 // reshuffle that finishes it after the wait.
+#include <algorithm>
+
 #include "multidevice/communicator.h"
 #include "multidevice/sharding.h"
 #include "runtime/executor.h"
@@ -31,12 +33,30 @@ at::Tensor mergeBlocks(const at::Tensor& buf, int64_t axis) {
 }  // namespace
 
 void requireCommunicatorFor(const HostProgram& program, const Communicator& comm) {
-  if (comm.initialized()) return;
   const Fusion& f = program.fusion();
+  if (comm.initialized()) {
+    // A mesh naming more devices than the job has processes: usually a program run without a
+    // launcher, or with fewer processes than its mesh.
+    auto check_ranks = [&](const Val* v) {
+      if (!v->isTensor()) return;
+      const DeviceMesh& mesh = static_cast<const TensorView*>(v)->mesh();
+      for (int64_t device : mesh.devices()) {
+        const int64_t needed = *std::max_element(mesh.devices().begin(), mesh.devices().end()) + 1;
+        MF_USER_CHECK(device < comm.size(), "execute: ", static_cast<const TensorView*>(v)->label(), " lives on mesh ", mesh.toString(), " of ",
+                      mesh.size(), " devices, but this job has ", comm.size(), comm.size() == 1 ? " process" : " processes",
+                      " (ranks 0..", comm.size() - 1, "); meshfuser runs one process per device: launch it with ",
+                      "torchrun --nproc_per_node=", needed, " your_program.py (or build the mesh from the job's size, ",
+                      "DeviceMesh(range(meshfuser.Communicator.instance().size())))");
+      }
+    };
+    for (const Val* v : f.inputs()) check_ranks(v);
+    for (const Val* v : f.outputs()) check_ranks(v);
+    return;
+  }
   auto check = [&](const Val* v) {
     if (!v->isTensor()) return;
     const DeviceMesh& mesh = static_cast<const TensorView*>(v)->mesh();
-    MF_USER_CHECK(mesh.size() <= 1, "execute: ", v->toString(), " lives on mesh ", mesh.toString(), " of ", mesh.size(),
+    MF_USER_CHECK(mesh.size() <= 1, "execute: ", static_cast<const TensorView*>(v)->label(), " lives on mesh ", mesh.toString(), " of ", mesh.size(),
                   " devices, but the Communicator is not initialized, so this process cannot know its rank nor ",
                   "reach the other devices. Initialize it first: from Python, meshfuser.Communicator.instance() ",
                   "(under torchrun); from C++, pass a meshfuser::Communicator made from your c10d::ProcessGroup or ",

@@ -1,6 +1,15 @@
 #include "support/text.h"
 
+#include <charconv>
+#include <system_error>
+
 namespace mf {
+
+std::string numberText(double x) {
+  char buf[64];
+  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), x);
+  return ec == std::errc() ? std::string(buf, end) : std::to_string(x);
+}
 
 std::string listText(const std::vector<std::string>& items) {
   std::string s = "[";

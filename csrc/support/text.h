@@ -11,6 +11,10 @@ namespace mf {
 std::string listText(const std::vector<int64_t>& values);
 std::string listText(const std::vector<std::string>& items);
 
+// The shortest text that reads back as exactly x ("1e-05", not "1.0000000000000001e-05"): constants
+// in printed IR, which is also a cache key, so no two values may print alike.
+std::string numberText(double x);
+
 // 64-bit FNV-1a: keys of caches (program text, kernel source, input signatures).
 uint64_t fnv1a(const std::string& bytes);
 uint64_t fnv1a(const std::vector<int64_t>& values);

@@ -26,8 +26,8 @@ class Communicator {
     // LOCAL_WORLD_SIZE from the environment, else the group's rank and size.
     int64_t local_rank = -1;
     int64_t local_size = -1;
-    // A group over the same ranks for small control messages (input agreement before a program
-    // first runs) that never touches a GPU stream; null: `world` itself.
+    // A group over the same ranks for small control messages (the agreement exchanged on every
+    // call, before anything is posted) that never touches a GPU stream; null: `world` itself.
     c10::intrusive_ptr<c10d::ProcessGroup> control_group;
     // Carry control messages through the world group's store (its rendezvous TCPStore) instead
     // of a CPU collective. Automatic when the control group has no CPU backend (an NCCL-only

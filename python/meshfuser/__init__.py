@@ -4,13 +4,16 @@ import os as _os
 import torch  # noqa: F401  (loads libtorch before the extension)
 import torch.distributed  # noqa: F401  (registers c10d types the extension returns)
 
-from . import _C
-from . import _logging
+from ._torch_check import import_extension as _import_extension
+
+_C = _import_extension()
+from . import _logging  # noqa: E402
 from ._C import DataType, ParallelType, Error, ArgumentError, InternalError, __version__
 from .mesh import DeviceMesh
 from .distributed import Communicator
 from .fusion_definition import FusionDefinition, TensorView, shard_tensor
 from .profiler import Profiler, PythonProfiler
+from .visualize import visualize_sharding
 from . import dtensor  # noqa: F401  (meshfuser.dtensor after `import meshfuser`)
 from ._C import set_cache_limits, compile_counters
 
@@ -34,5 +37,5 @@ def __getattr__(name):
 __all__ = [
     "DataType", "ParallelType", "DeviceMesh", "FusionDefinition", "TensorView", "Communicator",
     "Error", "ArgumentError", "InternalError", "Profiler", "PythonProfiler", "shard_tensor", "__version__",
-    "cmake_prefix_path", "set_cache_limits", "compile_counters",
+    "cmake_prefix_path", "set_cache_limits", "compile_counters", "visualize_sharding",
 ]

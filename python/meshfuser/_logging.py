@@ -1,5 +1,5 @@
 """meshfuser's one output channel: what MESHFUSER_DUMP asks for (fusion_ir, pass_ir, host_program,
-cuda_kernel, fallback, communication, recompile) reaches Python's `logging` as INFO records of
+cuda_kernel, fallback, communication, recompile, and the torch.compile backend's partitions) reaches Python's `logging` as INFO records of
 the logger "meshfuser.<name>", every line prefixed with "[meshfuser rank R]". While the application
 configures no logging, they are printed to stdout; configure `logging` (or a handler on the
 "meshfuser" logger) to send them elsewhere."""

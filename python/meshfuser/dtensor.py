@@ -11,8 +11,8 @@ Mapping (for a torch mesh of k <= 3 dims): mesh dim k-1 (the last) <-> mesh_x, k
 k-3 <-> mesh_z; the meshfuser mesh is `DeviceMesh(dtensor.device_mesh.mesh)`.
 `Shard(d)` on mesh dim i <-> an outer split of tensor axis d by that mesh dim's size, the outer part
 parallelized on the mesh dim's parallel type. `Replicate()` <-> no split. One tensor axis sharded on
-several mesh dims (e.g. `[Shard(0), Shard(0)]`) is refused: meshfuser shards one outer split per
-logical axis in this version.
+several mesh dims (e.g. `[Shard(0), Shard(0)]`) becomes nested outer splits, mesh dim 0's outermost
+(DTensor's order). A `define_tensor` without `dtype=` takes its DTensor's dtype.
 
 Decisions:
 * `Partial()` inputs are reduced first: `dt.redistribute(dt.device_mesh, [Replicate() if Partial else p])`
@@ -154,6 +154,17 @@ def _schedule_input(tv, mesh, placements):
             pos += 1
 
 
+def _data_type(torch_dtype):
+    torch = _torch()[0]
+    table = {torch.float32: _C.DataType.Float, torch.float16: _C.DataType.Half, torch.bfloat16: _C.DataType.BFloat16,
+             torch.float64: _C.DataType.Double, torch.int64: _C.DataType.Int, torch.int32: _C.DataType.Int32,
+             torch.bool: _C.DataType.Bool}
+    if torch_dtype not in table:
+        raise _C.ArgumentError(f"meshfuser.dtensor.compile: dtype {torch_dtype} is not supported; "
+                               f"supported: {', '.join(str(d) for d in table)}")
+    return table[torch_dtype]
+
+
 def _key(inputs, placements):
     key = []
     for t, pl in zip(inputs, placements):
@@ -201,6 +212,8 @@ class CompiledFunction:
 
     def _build(self, inputs, placements):
         fd = FusionDefinition(overlap=self._overlap)
+        # A define_tensor without a dtype takes its input's (bf16 DTensors need no dtype= in the definition).
+        fd._input_dtypes = [_data_type(t.dtype) if pl is not None else None for t, pl in zip(inputs, placements)]
         with fd:
             self._define_fn(fd)
         fusion = fd.fusion
@@ -267,12 +280,12 @@ def _expected_placements(i, tv, dt):
     got = _mesh_ranks(dt.device_mesh)
     if want != got:
         raise _C.ArgumentError(
-            f"input {i}: the fusion input T{tv.name} is on the mesh "
+            f"input {i}: the fusion input {tv!r} is on the mesh "
             f"of ranks {list(want[0])} with shape {list(want[1])}; the DTensor is on ranks {list(got[0])} with "
             f"shape {list(got[1])}")
     if not tv.splits_are_blocked():
         raise _C.ArgumentError(
-            f"input {i}: the fusion input T{tv.name} is split interleaved across devices (a device axis that is "
+            f"input {i}: the fusion input {tv!r} is split interleaved across devices (a device axis that is "
             f"not the outermost part of its axis); a DTensor Shard placement holds one block per device")
     expected = []
     for mesh_dim in range(k):

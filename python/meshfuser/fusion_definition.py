@@ -8,6 +8,14 @@ from . import _C
 from .distributed import _ensure_initialized
 from ._C import DataType, ParallelType, OpType
 from .moe_ops import MoeOps
+from .mesh import as_device_mesh
+from . import custom_op as _custom_op
+
+try:
+    from torch.compiler import is_compiling as _torch_compiling
+except ImportError:  # older PyTorch
+    def _torch_compiling():
+        return False
 
 TensorView = _C.TensorView
 # nvFuser's "no dtype given" (Thunder writes sum(..., dtype=DataType.Null)): the op's default.
@@ -45,6 +53,17 @@ class _IterDomainRef:
 
 
 TensorView.axis = lambda self, i: _IterDomainRef(self, i)
+TensorView.axis.__doc__ = "Loop axis i (negative from the end): .parallelize(pt), .extent, .parallel_type."
+_set_device_mesh = TensorView.set_device_mesh
+
+
+def _set_device_mesh_any(self, mesh):
+    """Places this tensor on `mesh`: a meshfuser.DeviceMesh, a torch.distributed.DeviceMesh (its
+    ranks, in its shape) or a list of ranks."""
+    _set_device_mesh(self, as_device_mesh(mesh))
+
+
+TensorView.set_device_mesh = _set_device_mesh_any
 # nvFuser's spelling, used by its tests: fd.fusion.inputs(), fd.fusion.outputs()
 _C.Fusion.inputs = lambda self: [self.input(i) for i in range(self.num_inputs())]
 _C.Fusion.outputs = lambda self: [self.output(i) for i in range(self.num_outputs())]
@@ -112,7 +131,11 @@ class _Ops(MoeOps):
         raise _C.ArgumentError(f"expected a TensorView, a scalar or a Python number; got {type(x).__name__}")
 
     def _make_unary(self, op):
-        return lambda x: _C.ops.unary(op, self._tensor(x, op))
+        def unary(x):
+            return _C.ops.unary(op, self._tensor(x, op))
+        unary.__name__ = unary.__qualname__ = op.name
+        unary.__doc__ = f"fd.ops.{op.name}(x): elementwise {op.name} of a TensorView."
+        return unary
 
     def _make_binary(self, op):
         def binary(a, b):
@@ -120,6 +143,9 @@ class _Ops(MoeOps):
             if not isinstance(a, TensorView) and not isinstance(b, TensorView):
                 return _C.ops.extent_arithmetic(op, a, b)  # integer scalars: sizes and bounds
             return _C.ops.binary(op, a, b)
+        binary.__name__ = binary.__qualname__ = op.name
+        binary.__doc__ = (f"fd.ops.{op.name}(a, b): elementwise {op.name} of TensorViews, scalars or Python numbers "
+                          "(broadcast as in PyTorch).")
         return binary
 
     def _tensor(self, x, what):
@@ -128,9 +154,11 @@ class _Ops(MoeOps):
         return x
 
     def cast(self, x, dtype):
+        """x converted to `dtype` (a DataType)."""
         return _C.ops.cast(self._tensor(x, "cast"), dtype)
 
     def where(self, cond, a, b):
+        """a where cond is true, else b (tensors, scalars or Python numbers)."""
         return _C.ops.where(self._val(cond), self._val(a), self._val(b))
 
     def _reduce(self, op, x, dims, keepdim, dtype=None):
@@ -146,15 +174,19 @@ class _Ops(MoeOps):
         return out
 
     def sum(self, x, dims, keepdim=False, dtype=None):
+        """Sum over `dims` (an int or a list); the result axes are reduction axes unless keepdim."""
         return self._reduce(OpType.sum, x, dims, keepdim, dtype)
 
     def max(self, x, dims, keepdim=False):
+        """Maximum over `dims`."""
         return self._reduce(OpType.max, x, dims, keepdim)
 
     def min(self, x, dims, keepdim=False):
+        """Minimum over `dims`."""
         return self._reduce(OpType.min, x, dims, keepdim)
 
     def broadcast_in_dim(self, x, shape, broadcast_dims):
+        """x broadcast to `shape`; broadcast_dims[i] is the output axis of x's axis i."""
         shape = list(shape)
         if any(isinstance(s, _C.Val) for s in shape):
             raise _C.ArgumentError(f"broadcast_in_dim: shape {shape} holds runtime extents (fd.ops.shape/size or "
@@ -173,12 +205,15 @@ class _Ops(MoeOps):
         return self.broadcast_in_dim(x, [1 if b else -1 for b in flags], kept)
 
     def squeeze(self, x, dims):
+        """x without the extent-1 axes `dims`."""
         return _C.ops.squeeze(self._tensor(x, "squeeze"), [dims] if isinstance(dims, int) else list(dims))
 
     def permute(self, x, dims):
+        """x with its axes in the order `dims` (as torch.permute)."""
         return _C.ops.permute(self._tensor(x, "permute"), list(dims))
 
     def reshape(self, x, shape=None, new_shape=None):
+        """x with a new global shape (ints, -1 for one inferred axis, or runtime extents)."""
         if (shape is None) == (new_shape is None):
             raise _C.ArgumentError("reshape: give the shape once, as `shape` or as nvFuser's `new_shape`")
         x = self._tensor(x, "reshape")
@@ -188,12 +223,15 @@ class _Ops(MoeOps):
         return _C.ops.reshape_vals(x, [self._val(s) for s in shape])
 
     def size(self, x, dim):
+        """The runtime extent of x's axis `dim`, usable as a shape."""
         return _C.ops.size(self._tensor(x, "size"), int(dim))
 
     def shape(self, x):
+        """The runtime extents of x, usable as a shape."""
         return _C.ops.shape(self._tensor(x, "shape"))
 
     def slice(self, x, start_indices, end_indices, strides=None, manual_normalization=False):
+        """x[start:end:stride] on every axis; bounds may be ints or scalars (negative ones wrap)."""
         if manual_normalization:
             # nvFuser's flag: the bounds are already normalized, so they are used as given (never
             # wrapped or clamped); a static bound outside [0, extent] is an error rather than UB.
@@ -208,26 +246,32 @@ class _Ops(MoeOps):
                             not manual_normalization)
 
     def pad(self, x, pad_widths, value=None):
+        """x padded as torch.nn.functional.pad (widths last axis first) with `value` (0 by default)."""
         return _C.ops.pad(self._tensor(x, "pad"), [int(w) for w in pad_widths],
                           None if value is None else self._val(value))
 
     def cat(self, tensors, dim=0, manual_padding=False):
+        """The tensors concatenated along `dim`."""
         if manual_padding:
             raise _C.ArgumentError("cat: manual_padding=True (inputs already padded to the output's extent) is not "
                                    "supported; pass the unpadded tensors")
         return _C.ops.cat([self._tensor(t, "cat") for t in tensors], int(dim))
 
     def stride_order(self, x, stride_order):
+        """The same values as x in the memory layout `stride_order` (nvFuser's meaning)."""
         return _C.ops.stride_order(self._tensor(x, "stride_order"), [int(s) for s in stride_order])
 
     def var_mean(self, x, dims, correction=1, keepdim=False):
+        """(variance, mean) over `dims`, as torch.var_mean."""
         dims = [dims] if isinstance(dims, int) else list(dims)
         return _C.ops.var_mean(self._tensor(x, "var_mean"), dims, float(correction), bool(keepdim))
 
     def matmul(self, a, b):
+        """a @ b, as torch.matmul."""
         return _C.ops.matmul(self._tensor(a, "matmul"), self._tensor(b, "matmul"))
 
     def linear(self, x, w, bias=None):
+        """x @ w.T (+ bias), as torch.nn.functional.linear; the output ends with its reduction axis."""
         return _C.ops.linear(self._tensor(x, "linear"), self._tensor(w, "linear"), bias)
 
     def sdpfa_fwd(self, q, k, v, dropout_p=None, is_causal=None, scale=None):
@@ -271,11 +315,13 @@ class _Sched:
     """self.sched in the class style: schedule calls that take the tensor first."""
 
     def _set_device_mesh(self, tv, mesh):
+        """tv.set_device_mesh(mesh)."""
         tv.set_device_mesh(mesh)
 
     set_device_mesh = _set_device_mesh
 
     def split(self, tv, axis, factor, inner_split=True):
+        """tv.split(axis, factor, inner_split); inner_split=False is an outer split (`factor` parts)."""
         tv.split(axis, factor, inner_split)
 
     def merge(self, tv, axis):
@@ -285,6 +331,7 @@ class _Sched:
         tv.reorder(old_to_new)
 
     def parallelize(self, tv, axis, pt):
+        """tv.axis(axis).parallelize(pt)."""
         tv.parallelize(axis, pt)
 
     def set_allocation_as_loop(self, tv):
@@ -323,6 +370,7 @@ class FusionDefinition:
         self.sched = _Sched()
         self._defined = False
         self.overlap = overlap
+        self._key = _custom_op.register(self)
 
     @property
     def overlap(self):
@@ -346,18 +394,34 @@ class FusionDefinition:
         self._defined = True
         return False
 
-    def define_tensor(self, shape, dtype=DataType.Float, contiguity=None, stride_order=None, symbolic_sizes=None,
-                      is_cpu=False):
+    def define_tensor(self, shape, dtype=None, contiguity=None, stride_order=None, symbolic_sizes=None,
+                      is_cpu=False, name=None):
+        """An input tensor of global `shape` (-1: an extent known at run time) and `dtype`
+        (default: float; under meshfuser.dtensor.compile, the dtype of the matching input).
+
+        contiguity: a bool for every axis, or one per axis (nvFuser's meaning); stride_order: the
+        memory order of the axes (nvFuser's); symbolic_sizes: nvFuser's spelling of `shape`;
+        name: shown by print(fd), fd.host_program() and error messages ("T0 (hidden_states)").
+        """
         if is_cpu:  # nvFuser's CPU scalar tensors beside a GPU fusion; here a fusion runs where its inputs are
             raise _C.ArgumentError("define_tensor: is_cpu=True is not supported; pass a 0-D value with "
                                    "define_scalar, or run the whole fusion on CPU tensors")
         if symbolic_sizes is not None:
             shape = symbolic_sizes
+        if dtype is None:
+            given = getattr(self, "_input_dtypes", None)  # set by meshfuser.dtensor.compile
+            index = self._fusion.num_inputs()
+            dtype = given[index] if given is not None and index < len(given) and given[index] is not None \
+                else DataType.Float
         if isinstance(contiguity, bool):
             contiguity = [contiguity] * len(shape)
-        return self._fusion.define_tensor([int(s) for s in shape], dtype, list(contiguity or []), list(stride_order or []))
+        tv = self._fusion.define_tensor([int(s) for s in shape], dtype, list(contiguity or []), list(stride_order or []))
+        if name is not None:
+            tv._set_name(str(name))
+        return tv
 
     def define_scalar(self, value=None, dtype=None):
+        """A constant (value given) or a runtime scalar input (value None, passed to execute)."""
         if dtype is None:
             dtype = DataType.Bool if isinstance(value, bool) else (
                 DataType.Int if isinstance(value, numbers.Integral) else DataType.Double)
@@ -369,6 +433,7 @@ class FusionDefinition:
         return self._fusion.define_scalar(dtype, None if value is None else float(value))
 
     def add_output(self, tv):
+        """Makes `tv` an output of the program (execute returns outputs in this order)."""
         self._fusion.add_output(tv)
 
     def _ensure_defined(self):
@@ -391,6 +456,21 @@ class FusionDefinition:
 
     # -- running ------------------------------------------------------------------------------
     def execute(self, inputs):
+        """Runs the program on this rank's local shards (or DTensors) and returns its outputs.
+
+        inputs: one torch.Tensor (this rank's local shard) or Python number per fusion input, in
+        definition order. Every rank of the job must call execute on the same definition.
+        Returns: the direct style (`with FusionDefinition() as fd`) a list of local output
+        tensors; the class style (a subclass with definition()) a pair (outputs, shardings), one
+        Sharding per output (fd.get_output_shardings()). Inside torch.compile it is one custom op
+        (meshfuser::run_fusion), and the class style's shardings are None.
+        """
+        if _torch_compiling():
+            outputs = _custom_op.run_fusion(self._key, list(inputs))
+            return (outputs, None) if type(self).definition is not FusionDefinition.definition else outputs
+        return self._execute_eager(inputs)
+
+    def _execute_eager(self, inputs):
         # Runs once per layer per step: kept to a few attribute lookups (host time per call is
         # time the GPU may wait for).
         if not self._defined:
@@ -425,15 +505,21 @@ class FusionDefinition:
         return self._handle.cuda_kernels(list(inputs))
 
     def get_output_shardings(self):
+        """One Sharding per output of the last execute: .mesh and .axis_sharded_on(parallel_type)."""
         return [Sharding(mesh, axes) for mesh, axes in self._handle.output_shardings()]
 
-    def host_program(self):
-        return self._handle.host_program()
+    def host_program(self, deallocations=False):
+        """This rank's lowered program of the last execute(): segments (with what ran them),
+        communications (team, layout, bytes sent and received), waits, stream loops and outputs.
+        deallocations=True also lists where each intermediate is freed."""
+        return self._handle.host_program(deallocations)
 
     def compiled_fusion(self):
+        """The IR of the last execute's program after the passes (text)."""
         return self._handle.compiled_fusion()
 
     def fusion_after_passes(self):
+        """[(pass name, IR after it)] for this definition, without running anything."""
         self._ensure_defined()
         return self._fusion.print_after_passes()
 

@@ -125,7 +125,8 @@ def test_attention_runs_in_a_segment_of_its_own():
         fd.add_output(fd.ops.mul(attn, 2.0))
     (out,) = fd.execute([q, k, v])
     torch.testing.assert_close(out, 2 * F.scaled_dot_product_attention(q.relu(), k, v))
-    text = fd.host_program()
+    assert "deallocate" not in fd.host_program() and "deallocations not shown" in fd.host_program()
+    text = fd.host_program(deallocations=True)
     segments = [line for line in text.splitlines() if line.strip().startswith("run segment")]
     assert len(segments) == 3, text
     assert "sdpfa_fwd(" in segments[1] and "relu(" not in segments[1] and "mul(" not in segments[1], text

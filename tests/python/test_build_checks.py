@@ -78,3 +78,27 @@ def test_module_that_imports_passes_the_post_build_check():
     r = subprocess.run([CMAKE, f"-DPYTHON={sys.executable}", f"-DMODULE={module}", "-DCOMPILER=g++", "-P",
                         os.path.join(ROOT, "cmake", "MeshfuserImportCheck.cmake")], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
+def test_pip_build_picks_the_gxx_on_path_not_an_image_wide_cxx(tmp_path):
+    # pip install (scikit-build-core sets SKBUILD) configures afresh each time with the g++ on PATH,
+    # as scripts/setup does: a CXX pointing at another GCC (or at nothing) does not stick.
+    env = dict(os.environ, CXX=str(tmp_path / "no-such-g++"))
+    env.pop("MESHFUSER_CXX", None)
+    r = subprocess.run([CMAKE, "-S", ROOT, "-B", str(tmp_path / "build"), "-DSKBUILD=ON", "-DMESHFUSER_BUILD_TESTS=OFF",
+                        f"-DPython_EXECUTABLE={sys.executable}"], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    import glob
+    import re
+    (found,) = glob.glob(str(tmp_path / "build" / "CMakeFiles" / "*" / "CMakeCXXCompiler.cmake"))
+    with open(found) as f:
+        compiler = re.search(r'set\(CMAKE_CXX_COMPILER "([^"]+)"\)', f.read()).group(1)
+    assert os.path.realpath(compiler) == os.path.realpath(shutil.which("g++")), compiler
+
+
+def test_pyproject_declares_torch_and_keeps_no_build_folder():
+    with open(os.path.join(ROOT, "pyproject.toml")) as f:
+        text = f.read()
+    assert '"torch>=2.11"' in text, text
+    assert "build-dir" not in text, text  # a persistent folder would keep a failed build's compiler

@@ -357,3 +357,10 @@ def test_routing_ops_run_on_aten_around_generated_kernels():
     kernels = fd.cuda_kernels(meta)
     assert len(kernels) == 1
     assert "expf" in kernels[0]
+
+
+def test_errors_name_the_tensor_by_its_name():
+    with pytest.raises(meshfuser.Error, match=r"grouped_mm: offsets T2 \(expert_ends\) must be int32"):
+        with FusionDefinition() as fd:
+            fd.ops.grouped_mm(fd.define_tensor([4, 8], name="tokens"), fd.define_tensor([2, 8, 4]),
+                              fd.define_tensor([2], dtype=DataType.Int, name="expert_ends"))

@@ -190,6 +190,7 @@ def _rss_mib():
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+@pytest.mark.timeout(600)  # 20,000 calls: seconds alone, minutes on a loaded 2-core machine
 def test_ten_thousand_shapes_keep_memory_flat():
     meshfuser._C.clear_caches()
     fd = _exp_add()

@@ -12,6 +12,7 @@ import operator
 import torch
 
 from .._C import DataType
+from ..fusion_definition import TensorView
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -78,10 +79,23 @@ def _binary(name):
 
 
 for _name, _overloads in {"add": ("Tensor", "Scalar"), "sub": ("Tensor", "Scalar"), "mul": ("Tensor", "Scalar"),
-                          "div": ("Tensor", "Scalar"), "maximum": ("default",), "minimum": ("default",),
-                          "eq": ("Tensor", "Scalar"), "ne": ("Tensor", "Scalar"), "lt": ("Tensor", "Scalar"),
-                          "le": ("Tensor", "Scalar"), "gt": ("Tensor", "Scalar"), "ge": ("Tensor", "Scalar")}.items():
+                          "div": ("Tensor", "Scalar"), "maximum": ("default",), "minimum": ("default",)}.items():
     _op(*(getattr(getattr(aten, _name), o) for o in _overloads))(_binary(_name))
+
+
+def _comparison(name):
+    def translate(b, x, y):
+        # The registry's comparison (aten::gt.Tensor, ...) takes tensors only: a Python number is
+        # a 0-d constant of the dtype PyTorch compares in.
+        if not isinstance(y, TensorView):
+            dtype = torch.result_type(torch.empty((), dtype=b.dtype_of(x)), y)
+            y = b.constant_input(torch.tensor(y, dtype=dtype, device=b.device))
+        return getattr(b.ops, name)(x, y)
+    return translate
+
+
+for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
+    _op(getattr(aten, _name).Tensor, getattr(aten, _name).Scalar)(_comparison(_name))
 
 
 @_op(aten.rsub.Scalar, aten.rsub.Tensor)
@@ -117,24 +131,31 @@ def _pow(b, x, y):
     return b.ops.reciprocal(result) if y < 0 else result
 
 
+def _tensor_operand(b, v):
+    """A Python number as a 0-d constant of the result's dtype (the registry's where takes tensors)."""
+    if isinstance(v, TensorView):
+        return v
+    return b.constant_input(torch.tensor(v, dtype=b.out_dtype, device=b.device))
+
+
 @_op(aten.where.self, aten.where.ScalarSelf, aten.where.ScalarOther, aten.where.Scalar)
 def _where(b, cond, x, y):
-    return b.ops.where(cond, x, y)
+    return b.ops.where(cond, _tensor_operand(b, x), _tensor_operand(b, y))
 
 
 @_op(aten.masked_fill.Scalar, aten.masked_fill.Tensor)
 def _masked_fill(b, x, mask, value):
-    return b.ops.where(mask, value, x)
+    return b.ops.where(mask, _tensor_operand(b, value), x)
 
 
 @_op(aten.clamp_min.default)
 def _clamp_min(b, x, low):
-    return b.ops.maximum(x, low)
+    return b.ops.maximum(x, _tensor_operand(b, low))
 
 
 @_op(aten.clamp_max.default)
 def _clamp_max(b, x, high):
-    return b.ops.minimum(x, high)
+    return b.ops.minimum(x, _tensor_operand(b, high))
 
 
 def _clamp_check(node):
@@ -145,9 +166,9 @@ def _clamp_check(node):
 @_op(aten.clamp.default, check=_clamp_check)
 def _clamp(b, x, min=None, max=None):
     if min is not None:
-        x = b.ops.maximum(x, min)
+        x = b.ops.maximum(x, _tensor_operand(b, min))
     if max is not None:
-        x = b.ops.minimum(x, max)
+        x = b.ops.minimum(x, _tensor_operand(b, max))
     return x
 
 
@@ -305,6 +326,16 @@ def _split(b, x, sizes, dim=0):
 @_op(operator.getitem, view=True)
 def _getitem(b, values, index):
     return values[index]
+
+
+@_op(aten.stack.default)
+def _stack(b, tensors, dim=0):
+    rank = len(b.out_shape)
+    dim = _norm(dim, rank)
+    shape = list(b.out_shape)
+    shape[dim] = 1
+    kept = [d for d in range(rank) if d != dim]
+    return b.ops.cat([b.ops.broadcast_in_dim(t, shape, kept) for t in tensors], dim)
 
 
 @_op(aten.cat.default)

@@ -7,8 +7,7 @@ Without dropout none of them matters, so `prepare_attention` (run on every graph
 partitioning) replaces the pair by `meshfuser::attention` / `meshfuser::attention_backward`, which
 take and return tensors only: meshfuser runs them, or ATen runs PyTorch's flash kernels for them.
 Tracing prefers flash attention (`flash_first`), so that the graph holds the kernel meshfuser has.
-Grouped-query attention (fewer key/value heads) repeats the key/value heads for the kernel and sums
-their gradients back.
+Grouped-query attention (fewer key/value heads) goes to sdpfa as it is (meshfuser takes it).
 """
 import contextlib
 import operator
@@ -88,7 +87,8 @@ def _arg(node, i, name, default):
 
 def prepare_attention(gm: fx.GraphModule):
     """CUDA flash attention without dropout -> meshfuser::attention(_backward); the extra results
-    the forward returned (kept as graph outputs, saved for the backward) become constants."""
+    the forward returned (kept as graph outputs, saved for the backward) become empty tensors on
+    ATen (without dropout the backward reads none of them)."""
     graph = gm.graph
     for node in list(graph.nodes):
         if node.op != "call_function":
@@ -110,8 +110,8 @@ def prepare_attention(gm: fx.GraphModule):
                 else:
                     uval = user.meta.get("val")
                     if isinstance(uval, torch.Tensor):
-                        with graph.inserting_before(user):
-                            got = graph.call_function(aten.zeros.default, (list(uval.shape),),
+                        with graph.inserting_before(user):  # any values: without dropout nothing reads them
+                            got = graph.call_function(aten.empty.memory_format, (list(uval.shape),),
                                                       {"dtype": uval.dtype, "device": uval.device})
                         got.meta = dict(user.meta)
                         user.replace_all_uses_with(got)
@@ -133,17 +133,6 @@ def prepare_attention(gm: fx.GraphModule):
 
 # -- translations -------------------------------------------------------------------------------------
 
-def _repeat_heads(b, kv, heads):
-    """Grouped-query attention: kv [batch, kv_heads, seq, dim] -> [batch, heads, seq, dim], query head
-    j reading kv head j // (heads / kv_heads) (as PyTorch's enable_gqa and HF's repeat_kv)."""
-    batch, kv_heads, seq, dim = b.shape_of(kv)
-    if kv_heads == heads:
-        return kv
-    groups = heads // kv_heads
-    wide = b.ops.broadcast_in_dim(kv, [batch, kv_heads, groups, seq, dim], [0, 1, 3, 4])
-    return b.ops.reshape(wide, [batch, heads, seq, dim])
-
-
 def _four_d(node):
     return all(a.meta["val"].dim() == 4 for a in node.args[:3])
 
@@ -159,8 +148,6 @@ def _attention_check(node):
 
 @_op(aten._scaled_dot_product_flash_attention_for_cpu.default, check=_attention_check)
 def _attention_cpu(b, q, k, v, dropout_p=0.0, is_causal=False, *, attn_mask=None, scale=None):
-    heads = b.shape_of(q)[1]
-    k, v = _repeat_heads(b, k, heads), _repeat_heads(b, v, heads)
     out, lse, _seed, _offset = b.ops.sdpfa_fwd(q, k, v, dropout_p, is_causal, scale)
     return [out, lse]
 
@@ -178,14 +165,7 @@ def _attention_bwd_check(node):
 def _attention_cpu_bwd(b, grad, q, k, v, out, lse, dropout_p, is_causal, *, attn_mask=None, scale=None):
     seed = b.constant_input(torch.zeros((), dtype=torch.int64, device=b.device))
     offset = b.constant_input(torch.zeros((), dtype=torch.int64, device=b.device))
-    heads, kv_heads = b.shape_of(q)[1], b.shape_of(k)[1]
-    k_wide, v_wide = _repeat_heads(b, k, heads), _repeat_heads(b, v, heads)
-    gq, gk, gv = b.ops.sdpfa_bwd(grad, q, k_wide, v_wide, out, lse, dropout_p, is_causal, seed, offset, scale)
-    if kv_heads == heads:
-        return [gq, gk, gv]
-    wide = list(b.shape_of(q))
-    return [gq] + [b.ops.sum(b.ops.reshape(g, [wide[0], kv_heads, heads // kv_heads] + wide[2:]), [2])
-                   for g in (gk, gv)]
+    return list(b.ops.sdpfa_bwd(grad, q, k, v, out, lse, dropout_p, is_causal, seed, offset, scale))
 
 
 def _meshfuser_attention_check(node):
@@ -195,9 +175,7 @@ def _meshfuser_attention_check(node):
 
 @_op(ATTENTION, check=_meshfuser_attention_check)
 def _attention(b, q, k, v, is_causal, scale):
-    heads = b.shape_of(q)[1]
-    out, lse, _seed, _offset = b.ops.sdpfa_fwd(q, _repeat_heads(b, k, heads), _repeat_heads(b, v, heads), 0.0,
-                                                is_causal, scale)
+    out, lse, _seed, _offset = b.ops.sdpfa_fwd(q, k, v, 0.0, is_causal, scale)
     return [out, lse]
 
 

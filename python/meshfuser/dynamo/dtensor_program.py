@@ -140,6 +140,17 @@ class GlobalProgram:
                 placements = normalized(val.placements, val.ndim) if isinstance(val, DTensor) else \
                     (Replicate(),) * self.mesh.ndim
                 self._replace(node, node.args[0], self.mesh, placements, normalized(before.placements, before.ndim))
+        # One annotation per value and placements: the q, k and v projections of a sequence-parallel
+        # layer each redistribute the same normed input; one gathered copy serves all three.
+        seen = {}
+        for node in list(graph.nodes):
+            if node.op == "call_function" and node.target is ANNOTATE:
+                key = (node.args[0], node.args[1], node.args[2])
+                if key in seen:
+                    node.replace_all_uses_with(seen[key])
+                    graph.erase_node(node)
+                else:
+                    seen[key] = node
         for node in reversed(list(graph.nodes)):
             if node.op not in ("placeholder", "output") and not node.users:
                 graph.erase_node(node)

@@ -4,12 +4,13 @@ torch.fx's CapabilityBasedPartitioner groups the nodes meshfuser supports (aten_
 checks, and dtypes/shapes meshfuser takes) into partitions without cycles; each partition becomes a
 MeshfuserProgram, everything else stays an ATen call in the graph. A partition made only of views
 stays on ATen too (a view there costs nothing; a program would copy). `MESHFUSER_DUMP=partitions`
-prints the report: each partition with its ops, and each node that runs on ATen with the reason.
+prints the report (logger "meshfuser.partitions"): each partition with its ops, and each node that
+runs on ATen with the reason.
 """
 import collections
+import logging
 import operator
 import os
-import sys
 
 import torch
 import torch.fx as fx
@@ -39,7 +40,8 @@ def _op_name(node):
 def why_unsupported(node):
     """None when meshfuser takes the node, else the reason it runs on ATen."""
     if node.target not in TABLE:
-        return "no meshfuser op for it"
+        return "no meshfuser op for it" if hasattr(node.target, "_schema") or node.target is operator.getitem \
+            else "a meshfuser program of its own"
     val = node_val(node)
     if val is None:
         return "no traced value"
@@ -100,7 +102,7 @@ class Report:
         self.programs = []     # the MeshfuserPrograms, in partition order (their definitions, host programs)
 
     def __str__(self):
-        lines = [f"[meshfuser partitions] {self.title}: {len(self.partitions)} meshfuser partition(s), "
+        lines = [f"partitions {self.title}: {len(self.partitions)} meshfuser partition(s), "
                  f"{len(self.eager)} node(s) on ATen" + (f", {len(self.views)} view(s) on ATen" if self.views else "")]
         for name, ops in self.partitions:
             listed = ", ".join(f"{op} x{n}" if n > 1 else op for op, n in sorted(ops.items()))
@@ -126,11 +128,23 @@ def dump_enabled():
     return "partitions" in os.environ.get("MESHFUSER_DUMP", "").split(",")
 
 
+def _log(report):
+    """Through meshfuser's one output channel: logger "meshfuser.partitions", every line prefixed
+    with the rank, as the C++ dumps are."""
+    import torch.distributed as dist
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    text = "\n".join(f"[meshfuser rank {rank}] {line}" for line in str(report).splitlines())
+    logging.getLogger("meshfuser.partitions").info(text)
+
+
 def partition(gm: fx.GraphModule, title, mesh=None):
     """Replaces supported parts of gm by MeshfuserProgram submodules; returns (gm, report). With
     `mesh` (a torch DeviceMesh) gm is a global program run on DTensors: the programs take DTensors,
     and placement annotations left on ATen become DTensor redistributions."""
+    from . import collectives
+    collective_reasons = collectives.rewrite(gm, title) if mesh is None else {}
     support = _Support()
+    support.reasons.update(collective_reasons)
     partitioner = CapabilityBasedPartitioner(gm, support, allows_single_node_partition=True)
     proposed = partitioner.propose_partitions()
     report = Report(title)
@@ -144,7 +158,10 @@ def partition(gm: fx.GraphModule, title, mesh=None):
         kept.append(p)
     fused = partitioner.fuse_partitions(kept)
     for node in fused.graph.nodes:
-        if node.op == "call_function" and node.target is not operator.getitem:
+        if node.op == "call_function" and isinstance(node.target, collectives.Collective):
+            report.partitions.append((node.target.name, collections.Counter({node.target.kind: 1})))
+            report.programs.append(node.target)
+        elif node.op == "call_function" and node.target is not operator.getitem:
             reason = support.reasons.get(node.name) or why_unsupported(node)
             (report.views if reason in _VIEW_REASONS else report.eager).append((node.name, _op_name(node), reason))
     for node in list(fused.graph.nodes):
@@ -168,5 +185,5 @@ def partition(gm: fx.GraphModule, title, mesh=None):
     fused.recompile()
     _REPORTS.append(report)
     if dump_enabled():
-        print(report, file=sys.stderr, flush=True)
+        _log(report)
     return fused, report

@@ -5,7 +5,9 @@
 
 #include <meshfuser/meshfuser.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 
 #include "api_test.h"
@@ -411,6 +413,58 @@ TEST(PublicApiTest, ControlMessagesOverTheStore) {
     EXPECT_TRUE(at::allclose(outputs.at(0), full.sum(1))) << exec.hostProgram();
   }
   comm.barrier();
+}
+
+// Over the store, a rank that skips a call or shut its Communicator down no longer holds the
+// others for the store's own timeout (minutes): MESHFUSER_VALIDATION_TIMEOUT_S bounds the wait, and
+// a rank that left ends it at once.
+TEST(PublicApiTest, ControlOverTheStoreIsBoundedAndNoticesARankThatLeft) {
+  const int64_t d = communicator().size();
+  if (d < 2) GTEST_SKIP() << "needs 2+ ranks";
+  const int64_t rank = communicator().rank();
+  setenv("MESHFUSER_VALIDATION_TIMEOUT_S", "2", 1);
+  meshfuser::Communicator::Options options;
+  options.control_over_store = true;
+  auto program = [&](meshfuser::Fusion& f) {
+    auto in = f.defineTensor({4, d * 3});
+    auto out = meshfuser::ops::sum(in, {1});
+    f.addOutput(out);
+    auto mesh = meshfuser::DeviceMesh::range(d);
+    for (auto* tv : {&in, &out}) tv->setDeviceMesh(mesh).outerSplit(1, d).parallelize(1, ParallelType::MeshX);
+  };
+  auto expectErrorWithin = [&](meshfuser::Executor& exec, double seconds, const std::string& fragment) {
+    auto start = std::chrono::steady_clock::now();
+    try {
+      exec.execute({at::ones({4, 3})});
+      ADD_FAILURE() << "expected a meshfuser::Error on rank " << rank;
+    } catch (const meshfuser::Error& e) {
+      double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_LT(took, seconds) << e.what();
+      EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+    }
+  };
+  {  // the last rank skips the call: the others fail after about 2 s
+    meshfuser::Communicator comm(communicator().processGroup(), options);
+    meshfuser::Fusion f;
+    program(f);
+    meshfuser::Executor exec(f, comm);
+    if (rank != d - 1) expectErrorWithin(exec, 20, "did not reach round");
+    communicator().barrier();
+  }
+  {  // the last rank shuts its Communicator down: the others fail at once, not after the timeout
+    setenv("MESHFUSER_VALIDATION_TIMEOUT_S", "60", 1);
+    auto comm = std::make_unique<meshfuser::Communicator>(communicator().processGroup(), options);
+    if (rank == d - 1) {
+      comm.reset();
+    } else {
+      meshfuser::Fusion f;
+      program(f);
+      meshfuser::Executor exec(f, *comm);
+      expectErrorWithin(exec, 20, "shut meshfuser down");
+    }
+    communicator().barrier();
+  }
+  unsetenv("MESHFUSER_VALIDATION_TIMEOUT_S");
 }
 
 TEST(PublicApiTest, EnvironmentForAnUnsupportedDeviceIsAMeshfuserError) {

@@ -37,7 +37,7 @@ def _dtensors(full, mesh, split):
 # outputs arrive split on the sequence and are gathered again for the weight gradients, as
 # Megatron's SP backward does) and two more Allreduces of [e] vectors (the row-parallel layers'
 # bias gradients, summed from the sequence-split gradient rather than from its gathered copy).
-PLANS = {"tp": (["Allreduce"] * 2, ["Allreduce"] * 4),
+PLANS = {"tp": (["Allreduce"] * 2, ["Allreduce"] * 2),  # backward: d_ln1, and q + k + v summed first
          "sp": (["Allgather", "ReduceScatter"] * 2,
                 ["Allgather", "ReduceScatter", "Allgather"] + ["ReduceScatter"] * 3 + ["Allreduce"] * 2
                 + ["Allgather"] + ["Allreduce"] * 3 + ["Allgather", "Allreduce"])}

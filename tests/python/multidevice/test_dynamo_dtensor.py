@@ -238,6 +238,8 @@ def test_llama_decoder_layer_tensor_parallel(multidevice_test):
     out, expected, gx, gx_ref, fw, bw = _run(_Llama(config), plan, torch.randn(2, 4, 16 * d), multidevice_test)
     torch.testing.assert_close(out, expected, **TOL)
     torch.testing.assert_close(gx, gx_ref, **TOL)
+    if multidevice_test.device.type != "cpu":
+        return  # float32 attention traces to the memory-efficient kernel on GPUs, which runs on ATen here
     assert fw == _expect(["Allreduce"] * 2, d)
     # Backward: the input gradients of the five column-parallel linears (q, k, v, gate, up) are each
     # all-reduced; Megatron adds the partial products of q/k/v, and of gate/up, first (two
@@ -246,3 +248,93 @@ def test_llama_decoder_layer_tensor_parallel(multidevice_test):
     # Only the position ids (arange) run on ATen; attention, RoPE, RMSNorm and the MLP are meshfuser's.
     on_aten = {op for r in meshfuser.dynamo.reports() for _n, op, _why in r.eager}
     assert on_aten <= {"arange", "arange.start"}
+
+
+def test_functional_collectives_become_communications(multidevice_test):
+    """Collectives the user wrote on plain tensors are meshfuser programs: an Allreduce, an
+    Allgather and a ReduceScatter meshfuser posts, with the work around them in partitions."""
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+    d, dev = multidevice_test.size, multidevice_test.device
+    group = dist.group.WORLD
+
+    def f(x, w):
+        y = torch.relu(x @ w)
+        summed = funcol.all_reduce(y, "sum", group)
+        gathered = funcol.all_gather_tensor(y, 0, group)
+        scattered = funcol.reduce_scatter_tensor(torch.cat([y] * d), "sum", 0, group)
+        return torch.tanh(summed) * 2, gathered + 1, scattered
+
+    torch.manual_seed(multidevice_test.rank)  # each rank its own values
+    x, w = torch.randn(4, 8, device=dev), torch.randn(8, 8, device=dev)
+    with meshfuser.Profiler() as prof:
+        out = torch.compile(f, backend="meshfuser")(x, w)
+    assert _comms(prof) == _expect(["Allreduce", "Allgather", "ReduceScatter"], d)
+    y = torch.relu(x @ w)
+    summed, gathered = y.clone(), torch.empty(4 * d, 8, device=dev)
+    dist.all_reduce(summed)
+    dist.all_gather_into_tensor(gathered, y)
+    # Chunk r of every rank's cat([y] * d) is its y: the reduce-scattered rows are the sum of the y's.
+    for actual, expected in zip(out, (torch.tanh(summed) * 2, gathered + 1, summed)):
+        torch.testing.assert_close(actual, expected, **TOL)
+    (report,) = meshfuser.dynamo.reports()
+    assert not report.eager
+    assert [name.split(".")[-1] for name, _ops in report.partitions if "fused" not in name] == \
+        ["all_reduce", "all_gather", "reduce_scatter"]
+
+
+class _LlamaWithRope(torch.nn.Module):
+    """A LlamaDecoderLayer given its rotary tables (made from the global positions, replicated):
+    under sequence parallelism each rank holds a slice of the sequence, not its first positions."""
+
+    def __init__(self, config):
+        super().__init__()
+        from transformers.models.llama.modeling_llama import LlamaDecoderLayer
+        self.layer = LlamaDecoderLayer(config, 0)
+
+    def forward(self, x, cos, sin):
+        out = self.layer(x, position_embeddings=(cos, sin))
+        return out[0] if isinstance(out, tuple) else out
+
+
+@pytest.mark.float32_attention
+def test_llama_decoder_layer_sequence_parallel(multidevice_test):
+    pytest.importorskip("transformers", reason="transformers is not installed and could not be installed "
+                                               "(./scripts/setup installs it)")
+    from transformers import LlamaConfig
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor.parallel import (ColwiseParallel, RowwiseParallel, SequenceParallel,
+                                                   parallelize_module)
+    d, r, dev = multidevice_test.size, multidevice_test.rank, multidevice_test.device
+    config = LlamaConfig(hidden_size=16 * d, intermediate_size=32 * d, num_attention_heads=2 * d,
+                         num_key_value_heads=d, num_hidden_layers=1)
+    config._attn_implementation = "sdpa"
+    reference = _LlamaWithRope(config).to(dev)
+    sharded = copy.deepcopy(reference)
+    seq = Shard(1)
+    plan = {"layer.input_layernorm": SequenceParallel(), "layer.post_attention_layernorm": SequenceParallel(),
+            "layer.self_attn.o_proj": RowwiseParallel(output_layouts=seq),
+            "layer.mlp.down_proj": RowwiseParallel(output_layouts=seq)}
+    plan |= {f"layer.self_attn.{n}": ColwiseParallel(input_layouts=seq) for n in ("q_proj", "k_proj", "v_proj")}
+    plan |= {f"layer.mlp.{n}": ColwiseParallel(input_layouts=seq) for n in ("gate_proj", "up_proj")}
+    parallelize_module(sharded, _mesh(multidevice_test), plan)
+    x = torch.randn(2, 4 * d, 16 * d, device=dev)
+    cos, sin = LlamaRotaryEmbedding(config).to(dev)(x, torch.arange(4 * d, device=dev)[None])
+    x_ref, x_in = x.clone().requires_grad_(), x.chunk(d, 1)[r].clone().requires_grad_()
+    with meshfuser.Profiler() as prof:
+        out = torch.compile(sharded, backend="meshfuser")(x_in, cos, sin)
+    forward = _comms(prof)
+    expected = reference(x_ref, cos, sin)
+    torch.testing.assert_close(out, expected.chunk(d, 1)[r], **TOL)
+    dy = torch.randn(expected.shape, device=dev)
+    out.backward(dy.chunk(d, 1)[r])
+    expected.backward(dy)
+    torch.testing.assert_close(x_in.grad, x_ref.grad.chunk(d, 1)[r], **TOL)
+    _compare_grads(sharded, reference)
+    if dev.type != "cpu":
+        return  # float32 attention traces to the memory-efficient kernel on GPUs, which runs on ATen here
+    # Megatron's SP forward: one Allgather before the attention's and the MLP's column-parallel
+    # projections (q, k and v share the gathered input), one ReduceScatter after each row-parallel one.
+    assert forward == _expect(["Allgather", "ReduceScatter"] * 2, d)
+    assert not [e for rep in meshfuser.dynamo.reports() for e in rep.eager]

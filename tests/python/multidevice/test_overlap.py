@@ -134,7 +134,7 @@ def test_gemm_reduce_scatter_chunked(multidevice_test, chunks, bias):
 def _name(fd, kind, i):
     """The printed name of a fusion input/output (T3, ...)."""
     tv = fd.fusion.output(i) if kind == "output" else fd.fusion.input(i)
-    return f"T{tv.name}"
+    return repr(tv)
 
 
 @pytest.mark.parametrize("bias", [False, True], ids=["no_bias", "bias"])
@@ -582,7 +582,7 @@ def test_error_stream_on_weight(multidevice_test):
     w = fd.fusion.input(1)
     w.outer_split(0, 2)
     w.axis(0).parallelize(ParallelType.stream)
-    with pytest.raises(meshfuser.Error, match=rf"ParallelType.stream on T{w.name} axis 0 cannot be streamed"):
+    with pytest.raises(meshfuser.Error, match=rf"ParallelType.stream on {w!r} axis 0 cannot be streamed"):
         fd.execute(inputs)
 
 
@@ -594,7 +594,7 @@ def test_error_stream_on_output_columns(multidevice_test):
     out = fd.fusion.output(0)
     out.outer_split(2, 2)  # [DIDx, m/d, 2, n/2, ...]: the columns
     out.axis(2).parallelize(ParallelType.stream)
-    with pytest.raises(meshfuser.Error, match=rf"T{out.name} axis 1 cannot be streamed: .* runs over its rows, which "
+    with pytest.raises(meshfuser.Error, match=rf"{out!r} axis 1 cannot be streamed: .* runs over its rows, which "
                                               r"are axis 0"):
         fd.execute(inputs)
 

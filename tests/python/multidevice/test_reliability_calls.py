@@ -278,3 +278,41 @@ def test_dtensor_placement_error_on_one_rank_reaches_every_rank(multidevice_test
         assert f"validation failed on rank(s) {d - 1}" in msg and "placement mismatch" not in msg, msg
     (out,) = fd.execute([sharded])
     torch.testing.assert_close(out.full_tensor().cpu(), full.cpu())
+
+
+def test_embedding_index_error_on_one_mesh_row_reaches_every_rank(multidevice_test):
+    """2 x 2 mesh: indices split over mesh_y (each row of the mesh holds its half), the table's
+    vocabulary over mesh_x. A bad index in row 1's half: rows 0 and 1 raise together."""
+    d, rank = multidevice_test.size, multidevice_test.rank
+    if d != 4:
+        pytest.skip("needs 4 ranks")
+    mesh = DeviceMesh(torch.arange(4).view(2, 2))
+    vocab, dim = 128, 4
+    with FusionDefinition() as fd:
+        idx = fd.define_tensor([4, 3], dtype=DataType.Int)
+        w = fd.define_tensor([vocab, dim])
+        out = fd.ops.embedding_fwd(idx, w)
+        fd.add_output(out)
+        for tv in (idx, w, out):
+            tv.set_device_mesh(mesh)
+        for tv in (idx, out):
+            tv.split(0, 2, False)
+            tv.axis(0).parallelize(ParallelType.mesh_y)
+        w.split(0, 2, False)
+        w.axis(0).parallelize(ParallelType.mesh_x)
+    full_idx = torch.randint(0, vocab, (4, 3))
+    full_w = torch.randn(vocab, dim)
+    row, col = rank // 2, rank % 2
+    idx_local = full_idx.chunk(2)[row].to(multidevice_test.device)
+    w_local = full_w.chunk(2)[col].to(multidevice_test.device)
+    bad = idx_local.clone()
+    bad[0, 0] = vocab
+    with pytest.raises(meshfuser.Error) as e:
+        fd.execute([bad if row == 1 else idx_local, w_local])
+    msg = str(e.value)
+    if row == 1:
+        assert f"indices must lie in [0, {vocab})" in msg, msg
+    else:
+        assert "validation failed on rank(s) 2, 3" in msg, msg
+    (o,) = fd.execute([idx_local, w_local])
+    torch.testing.assert_close(o.cpu(), torch.nn.functional.embedding(full_idx, full_w).chunk(2)[row])
