@@ -20,21 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from common import print_table, time_ms, write_json  # noqa: E402
 
 import meshfuser.dynamo  # noqa: E402  (registers backend="meshfuser")
-
-
-class Layer(torch.nn.Module):
-    """A LlamaDecoderLayer with its rotary embedding, called as LlamaModel calls it."""
-
-    def __init__(self, config):
-        super().__init__()
-        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
-        self.layer = LlamaDecoderLayer(config, 0)
-        self.rope = LlamaRotaryEmbedding(config)
-
-    def forward(self, x):
-        position_ids = torch.arange(x.shape[1], device=x.device)[None]
-        out = self.layer(x, position_embeddings=self.rope(x, position_ids), position_ids=position_ids)
-        return out[0] if isinstance(out, tuple) else out
+from meshfuser.testing import llama_decoder_layer  # noqa: E402
 
 
 def layer_flops(b, s, e, kv, f, causal=True):
@@ -67,7 +53,7 @@ def main():
                          num_hidden_layers=1, torch_dtype=dtype)
     config._attn_implementation = "sdpa"
     torch.manual_seed(0)
-    base = Layer(config).to(device=device, dtype=dtype)
+    base = llama_decoder_layer(config).to(device=device, dtype=dtype)
     x = torch.randn(1, s, e, device=device, dtype=dtype)
     dy = torch.randn(1, s, e, device=device, dtype=dtype)
     flops = layer_flops(1, s, e, e // h * kv, f)

@@ -22,7 +22,7 @@ void bindCommunicator(py::module& m) {
       .def("control_transport", &Communicator::controlTransport)
       // One control round (tests and benchmarks of the transport): every rank's values, rank-major.
       .def("exchange", [](Communicator& c, const std::vector<int64_t>& v) { return c.exchange(v, "a Python exchange"); },
-           py::call_guard<py::gil_scoped_release>())
+           py::arg("values"), py::call_guard<py::gil_scoped_release>())
       .def("farewell", [](Communicator& c) { return farewell(c); }, py::call_guard<py::gil_scoped_release>())
       .def("initialized", &Communicator::initialized)
       // Without the GIL: releasing a Gloo group joins its workers, which may need the GIL to free a

@@ -25,7 +25,7 @@ std::string meshWorldError(const HostProgram& program, int64_t world_size) {
                             : mf::str("the world has ", world_size, " processes (ranks 0 to ", world_size - 1, ")");
     std::string what = mesh.size() > world_size ? mf::str("has ", mesh.size(), " devices")
                                                 : mf::str("names rank ", highest, ", outside the world");
-    return mf::str("mesh ", mesh.toString(), " (of ", tv->toString(), ") ", what, ", but ", world,
+    return mf::str("mesh ", mesh.toString(), " (of ", tv->label(), ") ", what, ", but ", world,
                    "; each device of a mesh is one process. Launch ", needed, " processes, e.g. `torchrun ",
                    "--nproc_per_node=", needed, " your_script.py`, or use a mesh of the ranks that exist");
   }

@@ -34,25 +34,9 @@ at::Tensor mergeBlocks(const at::Tensor& buf, int64_t axis) {
 
 void requireCommunicatorFor(const HostProgram& program, const Communicator& comm) {
   const Fusion& f = program.fusion();
-  if (comm.initialized()) {
-    // A mesh naming more devices than the job has processes: usually a program run without a
-    // launcher, or with fewer processes than its mesh.
-    auto check_ranks = [&](const Val* v) {
-      if (!v->isTensor()) return;
-      const DeviceMesh& mesh = static_cast<const TensorView*>(v)->mesh();
-      for (int64_t device : mesh.devices()) {
-        const int64_t needed = *std::max_element(mesh.devices().begin(), mesh.devices().end()) + 1;
-        MF_USER_CHECK(device < comm.size(), "execute: ", static_cast<const TensorView*>(v)->label(), " lives on mesh ", mesh.toString(), " of ",
-                      mesh.size(), " devices, but this job has ", comm.size(), comm.size() == 1 ? " process" : " processes",
-                      " (ranks 0..", comm.size() - 1, "); meshfuser runs one process per device: launch it with ",
-                      "torchrun --nproc_per_node=", needed, " your_program.py (or build the mesh from the job's size, ",
-                      "DeviceMesh(range(meshfuser.Communicator.instance().size())))");
-      }
-    };
-    for (const Val* v : f.inputs()) check_ranks(v);
-    for (const Val* v : f.outputs()) check_ranks(v);
-    return;
-  }
+  // With a communicator, meshes against the world are checked with the per-call agreement
+  // (runtime/call_checks.cpp: meshWorldError), on every rank.
+  if (comm.initialized()) return;
   auto check = [&](const Val* v) {
     if (!v->isTensor()) return;
     const DeviceMesh& mesh = static_cast<const TensorView*>(v)->mesh();

@@ -82,3 +82,22 @@ def execute_with_plan(fd, inputs):
 def communication_kinds(names):
     """["Allreduce", ...] from profiler communication names ("Allreduce T2 <- T3 on DIDx ...")."""
     return [name.split()[0] for name in names]
+
+
+def llama_decoder_layer(config):
+    """A Hugging Face LlamaDecoderLayer with its rotary embedding, called as LlamaModel calls it
+    (positions 0..seq-1); `transformers` is imported here, on first use."""
+    from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+    class LlamaLayer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = LlamaDecoderLayer(config, 0)
+            self.rope = LlamaRotaryEmbedding(config)
+
+        def forward(self, x):
+            position_ids = torch.arange(x.shape[1], device=x.device)[None]
+            out = self.layer(x, position_embeddings=self.rope(x, position_ids), position_ids=position_ids)
+            return out[0] if isinstance(out, tuple) else out
+
+    return LlamaLayer()

@@ -9,6 +9,7 @@ import torch
 import meshfuser
 import meshfuser.dynamo
 from meshfuser.dynamo import partition as dynamo_partition
+from meshfuser.testing import llama_decoder_layer
 
 
 @pytest.fixture(autouse=True)
@@ -115,21 +116,6 @@ def test_gpt2_block():
     assert _ran_on_aten(reports) == []
 
 
-class _LlamaLayer(torch.nn.Module):
-    """A LlamaDecoderLayer with its rotary embedding, called as LlamaModel calls it."""
-
-    def __init__(self, config):
-        super().__init__()
-        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
-        self.layer = LlamaDecoderLayer(config, 0)
-        self.rope = LlamaRotaryEmbedding(config)
-
-    def forward(self, x):
-        position_ids = torch.arange(x.shape[1], device=x.device)[None]
-        out = self.layer(x, position_embeddings=self.rope(x, position_ids), position_ids=position_ids)
-        return out[0] if isinstance(out, tuple) else out
-
-
 def test_llama_decoder_layer():
     _hf()
     from transformers import LlamaConfig
@@ -137,7 +123,7 @@ def test_llama_decoder_layer():
     config = LlamaConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2,
                          num_hidden_layers=1)
     config._attn_implementation = "sdpa"
-    reports = run_both(_LlamaLayer(config), torch.randn(2, 8, 32))
+    reports = run_both(llama_decoder_layer(config), torch.randn(2, 8, 32))
     assert [r.title for r in reports] == ["forward", "backward"]
     # The position ids (arange) are made on ATen; everything else is meshfuser's.
     assert {op for _t, op, _r in _ran_on_aten(reports)} == {"arange"}

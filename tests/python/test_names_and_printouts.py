@@ -94,8 +94,8 @@ def test_a_two_device_mesh_in_one_process_suggests_torchrun():
         y.set_device_mesh(mesh)
         x.outer_split(0, 2)
         x.axis(0).parallelize(ParallelType.mesh_x)
-    with pytest.raises(meshfuser.Error, match=r"T0 \(x\) lives on mesh \[0 1\] of 2 devices, but this job has 1 "
-                                               r"process .* torchrun --nproc_per_node=2"):
+    with pytest.raises(meshfuser.Error, match=r"mesh \[0 1\] \(of T0 \(x\)\) has 2 devices, but this process runs "
+                                               r"alone .*torchrun --nproc_per_node=2"):
         fd.execute([torch.ones(2, 3)])
 
 

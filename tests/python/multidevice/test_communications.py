@@ -22,16 +22,21 @@ def _shard(tv, mesh, axis):
 
 
 # -- Allgather -------------------------------------------------------------------------------------
-def test_allgather(multidevice_test):
-    d = multidevice_test.size
-    mesh = DeviceMesh(range(d))
+def _allgather_rows(mesh, shape):
+    """out = set(inp), inp's rows sharded over the mesh, out replicated: one Allgather."""
     with FusionDefinition() as fd:
-        inp = fd.define_tensor([d * 4, 5])
+        inp = fd.define_tensor(shape)
         out = fd.ops.set(inp)
         fd.add_output(out)
         _shard(inp, mesh, 0)
         out.set_device_mesh(mesh)
+    return fd
 
+
+def test_allgather(multidevice_test):
+    d = multidevice_test.size
+    mesh = DeviceMesh(range(d))
+    fd = _allgather_rows(mesh, [d * 4, 5])
     unsharded = torch.randn(d * 4, 5)
     inp_t = multidevice_test.shard_tensor(unsharded, 0, mesh)
     (out_t,) = fd.execute([inp_t])
@@ -48,12 +53,7 @@ def test_host_program_labels_cuda_tensors_over_gloo(multidevice_test):
     import os
     d = multidevice_test.size
     mesh = DeviceMesh(range(d))
-    with FusionDefinition() as fd:
-        inp = fd.define_tensor([d * 2, 3])
-        out = fd.ops.set(inp)
-        fd.add_output(out)
-        _shard(inp, mesh, 0)
-        out.set_device_mesh(mesh)
+    fd = _allgather_rows(mesh, [d * 2, 3])
     unsharded = torch.randn(d * 2, 3)
     (out_t,) = fd.execute([multidevice_test.shard_tensor(unsharded, 0, mesh)])
     torch.testing.assert_close(out_t.cpu(), unsharded)

@@ -9,7 +9,7 @@ import torch
 
 import meshfuser
 import meshfuser.dynamo
-from meshfuser.testing import communication_kinds
+from meshfuser.testing import communication_kinds, llama_decoder_layer
 
 pytestmark = pytest.mark.timeout(120)
 TOL = dict(rtol=1e-4, atol=1e-5)
@@ -209,19 +209,6 @@ def test_transformer_encoder_layer_feed_forward_parallel(multidevice_test):
     assert fw == _expect(["Allreduce"], d)
 
 
-class _Llama(torch.nn.Module):
-    def __init__(self, config):
-        super().__init__()
-        from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
-        self.layer = LlamaDecoderLayer(config, 0)
-        self.rope = LlamaRotaryEmbedding(config)
-
-    def forward(self, x):
-        position_ids = torch.arange(x.shape[1], device=x.device)[None]
-        out = self.layer(x, position_embeddings=self.rope(x, position_ids), position_ids=position_ids)
-        return out[0] if isinstance(out, tuple) else out
-
-
 @pytest.mark.float32_attention
 def test_llama_decoder_layer_tensor_parallel(multidevice_test):
     pytest.importorskip("transformers", reason="transformers is not installed and could not be installed "
@@ -235,16 +222,16 @@ def test_llama_decoder_layer_tensor_parallel(multidevice_test):
     plan = {f"layer.self_attn.{n}": ColwiseParallel() for n in ("q_proj", "k_proj", "v_proj")}
     plan |= {"layer.self_attn.o_proj": RowwiseParallel(), "layer.mlp.gate_proj": ColwiseParallel(),
              "layer.mlp.up_proj": ColwiseParallel(), "layer.mlp.down_proj": RowwiseParallel()}
-    out, expected, gx, gx_ref, fw, bw = _run(_Llama(config), plan, torch.randn(2, 4, 16 * d), multidevice_test)
+    out, expected, gx, gx_ref, fw, bw = _run(llama_decoder_layer(config), plan, torch.randn(2, 4, 16 * d), multidevice_test)
     torch.testing.assert_close(out, expected, **TOL)
     torch.testing.assert_close(gx, gx_ref, **TOL)
     if multidevice_test.device.type != "cpu":
         return  # float32 attention traces to the memory-efficient kernel on GPUs, which runs on ATen here
     assert fw == _expect(["Allreduce"] * 2, d)
-    # Backward: the input gradients of the five column-parallel linears (q, k, v, gate, up) are each
-    # all-reduced; Megatron adds the partial products of q/k/v, and of gate/up, first (two
-    # Allreduces): meshfuser's planner does not yet combine partial sums before communicating.
-    assert bw == _expect(["Allreduce"] * 5, d)
+    # Backward: the input gradients of the five column-parallel linears (q, k, v, gate, up) are
+    # partial sums; the planner adds them before reducing (sum_partials), as Megatron adds the
+    # partial products of q/k/v and of gate/up: two Allreduces.
+    assert bw == _expect(["Allreduce"] * 2, d)
     # Only the position ids (arange) run on ATen; attention, RoPE, RMSNorm and the MLP are meshfuser's.
     on_aten = {op for r in meshfuser.dynamo.reports() for _n, op, _why in r.eager}
     assert on_aten <= {"arange", "arange.start"}
