@@ -224,6 +224,47 @@ AttentionGradients sdpfaBwd(const TensorView& grad_attn, const TensorView& q, co
                            in(forward.seed), in(forward.offset), toInternal(options));
   return {wrap(outs.at(0)), wrap(outs.at(1)), wrap(outs.at(2))};
 }
+
+TensorView groupedMm(const TensorView& mat1, const TensorView& mat2, const TensorView& offsets) {
+  OpAccess::same(mat1, mat2, "groupedMm");
+  OpAccess::same(mat1, offsets, "groupedMm");
+  return wrap(mf::groupedMm(in(mat1), in(mat2), in(offsets)));
+}
+TensorView groupedMm(const TensorView& mat1, const TensorView& mat2) {
+  OpAccess::same(mat1, mat2, "groupedMm");
+  return wrap(mf::groupedMm(in(mat1), in(mat2), nullptr));
+}
+std::pair<TensorView, TensorView> topk(const TensorView& x, int64_t k, int64_t dim, bool largest, bool sorted) {
+  auto [values, indices] = mf::topk(in(x), k, dim, largest, sorted);
+  return {wrap(values), wrap(indices)};
+}
+std::pair<TensorView, TensorView> sort(const TensorView& x, int64_t dim, bool descending, bool stable) {
+  auto [values, indices] = mf::sort(in(x), dim, descending, stable);
+  return {wrap(values), wrap(indices)};
+}
+TensorView argsort(const TensorView& x, int64_t dim, bool descending, bool stable) {
+  return wrap(mf::argsort(in(x), dim, descending, stable));
+}
+TensorView indexSelect(const TensorView& x, int64_t dim, const TensorView& index) {
+  OpAccess::same(x, index, "indexSelect");
+  return wrap(mf::indexSelect(in(x), dim, in(index)));
+}
+TensorView gather(const TensorView& x, int64_t dim, const TensorView& index) {
+  OpAccess::same(x, index, "gather");
+  return wrap(mf::gather(in(x), dim, in(index)));
+}
+TensorView scatter(const TensorView& x, int64_t dim, const TensorView& index, const TensorView& src) {
+  OpAccess::same(x, index, "scatter");
+  OpAccess::same(x, src, "scatter");
+  return wrap(mf::scatter(in(x), dim, in(index), in(src)));
+}
+TensorView indexAdd(const TensorView& x, int64_t dim, const TensorView& index, const TensorView& src) {
+  OpAccess::same(x, index, "indexAdd");
+  OpAccess::same(x, src, "indexAdd");
+  return wrap(mf::indexAdd(in(x), dim, in(index), in(src)));
+}
+TensorView cumsum(const TensorView& x, int64_t dim) { return wrap(mf::cumsum(in(x), dim)); }
+TensorView bincount(const TensorView& x, int64_t minlength) { return wrap(mf::bincount(in(x), minlength)); }
 }  // namespace ops
 
 }  // namespace meshfuser

@@ -244,12 +244,36 @@ void bindIr(py::module& m) {
           py::arg("seed"), py::arg("offset"));
   ops.def("embedding_fwd", keepsFusion(&embeddingFwd), py::arg("indices"), py::arg("weight"),
           py::arg("padding_idx") = py::none());
+  // Mixture of experts (Python's fd.ops adds the docstrings and nvFuser's spellings).
+  ops.def("grouped_mm", keepsFusion(&groupedMm), py::arg("mat1"), py::arg("mat2"), py::arg("offsets") = nullptr);
+  auto pairOf = [](std::pair<TensorView*, TensorView*> p) { return tupleOf({p.first, p.second}); };
+  ops.def(
+      "topk",
+      [=](TensorView* x, int64_t k, int64_t dim, bool largest, bool sorted) {
+        return pairOf(topk(x, k, dim, largest, sorted));
+      },
+      py::arg("x"), py::arg("k"), py::arg("dim") = -1, py::arg("largest") = true, py::arg("sorted") = true);
+  ops.def(
+      "sort",
+      [=](TensorView* x, int64_t dim, bool descending, bool stable) {
+        return pairOf(sort(x, dim, descending, stable));
+      },
+      py::arg("x"), py::arg("dim") = -1, py::arg("descending") = false, py::arg("stable") = false);
+  ops.def("argsort", keepsFusion(&argsort), py::arg("x"), py::arg("dim") = -1, py::arg("descending") = false,
+          py::arg("stable") = false);
+  ops.def("index_select", keepsFusion(&indexSelect), py::arg("x"), py::arg("dim"), py::arg("index"));
+  ops.def("gather", keepsFusion(&gather), py::arg("x"), py::arg("dim"), py::arg("index"),
+          py::arg("exact_extents") = false);
+  ops.def("scatter", keepsFusion(&scatter), py::arg("x"), py::arg("dim"), py::arg("index"), py::arg("src"));
+  ops.def("index_add", keepsFusion(&indexAdd), py::arg("x"), py::arg("dim"), py::arg("index"), py::arg("src"));
+  ops.def("cumsum", keepsFusion(&cumsum), py::arg("x"), py::arg("dim"), py::arg("dtype") = py::none());
+  ops.def("bincount", keepsFusion(&bincount), py::arg("x"), py::arg("minlength"));
   py::enum_<OpType> op_type(m, "OpType");
   for (const OpInfo& info : allOps()) op_type.value(info.name, info.op);
   // The registry as Python sees it: fd.ops builds its plain unary and binary functions from it.
   ops.def("table", [] {
     static const char* kKinds[] = {"unary",  "binary", "ternary",   "layout",      "source",
-                                   "gather", "reduction", "contraction", "attention"};
+                                   "gather", "reduction", "contraction", "attention", "routing"};
     py::list rows;
     for (const OpInfo& info : allOps()) {
       rows.append(py::make_tuple(info.name, kKinds[static_cast<int>(info.kind)], info.attrs != kNoAttrs));

@@ -207,6 +207,70 @@ std::vector<int64_t> mapEmbedding(const Expr* e, size_t input_index) {
   return map;
 }
 
+std::vector<int64_t> mapAlongDimOutputs(const Expr* e, size_t input_index, size_t output_index) {
+  Ranks r = ranksOf(e, input_index, output_index);
+  std::vector<int64_t> map(r.prank);
+  for (int64_t p = 0; p < r.prank; ++p) map[p] = p == e->attrs().dim ? -1 : p;
+  return map;
+}
+
+std::vector<int64_t> mapAlongDim(const Expr* e, size_t input_index) { return mapAlongDimOutputs(e, input_index, 0); }
+
+std::vector<int64_t> mapIndexSelect(const Expr* e, size_t input_index) {
+  if (input_index == 0) return mapAlongDim(e, 0);
+  return {e->attrs().dim};
+}
+
+namespace {
+// Axes of input `input_index` other than `dim` map onto the same output axis where the extents
+// agree (same rank only).
+std::vector<int64_t> mapSameExtents(const Expr* e, size_t input_index) {
+  Ranks r = ranksOf(e, input_index);
+  const Fusion& f = *e->out()->fusion();
+  std::vector<int64_t> map(r.prank, -1);
+  if (r.prank != r.crank) return map;
+  for (int64_t p = 0; p < r.prank; ++p) {
+    if (p != e->attrs().dim && factorsOf(f, r.p_ids[p]->extent()) == factorsOf(f, (*r.c_ids)[p]->extent())) map[p] = p;
+  }
+  return map;
+}
+}  // namespace
+
+std::vector<int64_t> mapGatherAlong(const Expr* e, size_t input_index) {
+  if (input_index == 0) return mapSameExtents(e, 0);
+  Ranks r = ranksOf(e, input_index);
+  std::vector<int64_t> map(r.prank);
+  for (int64_t p = 0; p < r.prank; ++p) map[p] = p;
+  return map;
+}
+
+std::vector<int64_t> mapScatter(const Expr* e, size_t input_index) {
+  if (input_index == 0) return mapAlongDim(e, 0);
+  return mapSameExtents(e, input_index);
+}
+
+std::vector<int64_t> mapGroupedMm(const Expr* e, size_t input_index) {
+  Ranks r = ranksOf(e, input_index);
+  std::vector<int64_t> map(r.prank, -1);
+  const int64_t rank1 = rankOf(e->input(0)), rank2 = rankOf(e->input(1));
+  if (input_index == 2) return map;  // offsets
+  if (rank1 == 3 && rank2 == 3) {    // [g, m, k] x [g, k, n] -> [g, m, n]
+    map[0] = 0;
+    if (input_index == 0) map[1] = 1;
+    else map[2] = 2;
+  } else if (rank1 == 2 && rank2 == 3) {  // [m, k] x [g, k, n] -> [m, n]: rows follow the offsets
+    if (input_index == 1) map[2] = 1;
+  } else if (rank1 == 2 && rank2 == 2) {  // [m, k] x [k, n] -> [g, m, n]: k follows the offsets
+    if (input_index == 0) map[0] = 1;
+    else map[1] = 2;
+  }
+  return map;
+}
+
+std::vector<int64_t> mapNothing(const Expr* e, size_t input_index) {
+  return std::vector<int64_t>(ranksOf(e, input_index).prank, -1);
+}
+
 std::vector<int64_t> mapProducerToConsumer(const Expr* e, size_t input_index, size_t output_index) {
   const OpInfo& info = opInfo(e->op());
   MF_CHECK(info.output_axis_map != nullptr || output_index == 0, info.name, " has one output; asked for output ",

@@ -34,4 +34,23 @@ std::vector<int64_t> mapMatmul(const Expr* e, size_t input_index);
 std::vector<int64_t> mapAttention(const Expr* e, size_t input_index, size_t output_index);
 std::vector<int64_t> mapEmbedding(const Expr* e, size_t input_index);
 
+// Mixture-of-experts ops. Each sends the axis it reads across (attrs.dim; grouped_mm's rows and
+// contraction) nowhere, so a device split there is gathered first; the other axes keep their place.
+// topk/sort/argsort/cumsum: every axis but `dim` maps onto itself (for each output).
+std::vector<int64_t> mapAlongDim(const Expr* e, size_t input_index);
+std::vector<int64_t> mapAlongDimOutputs(const Expr* e, size_t input_index, size_t output_index);
+// index_select(x, dim, index): x's other axes keep their place; the 1-D index becomes axis `dim`.
+std::vector<int64_t> mapIndexSelect(const Expr* e, size_t input_index);
+// gather(x, dim, index): the output is shaped like index (every index axis keeps its place); an
+// axis of x other than `dim` maps onto the output's where their extents agree.
+std::vector<int64_t> mapGatherAlong(const Expr* e, size_t input_index);
+// scatter/index_add(x, dim, index, src): the output is shaped like x (every axis but `dim` keeps its
+// place); index and src axes other than `dim` map where their extents agree with the output's.
+std::vector<int64_t> mapScatter(const Expr* e, size_t input_index);
+// grouped_mm: 3-D x 3-D keeps the group axis and mat1's rows and mat2's columns; the grouped forms
+// (with offsets) keep mat2's columns and, for 2-D x 2-D, mat1's rows. Offsets map nowhere.
+std::vector<int64_t> mapGroupedMm(const Expr* e, size_t input_index);
+// bincount: the counted values map nowhere (the counts are over all of them).
+std::vector<int64_t> mapNothing(const Expr* e, size_t input_index);
+
 }  // namespace mf

@@ -203,6 +203,9 @@ class TensorView : public Val {
 //   Cat: dims ([the concatenated axis]). StrideOrder: none (the output's stride order says it).
 //   SdpfaFwd/SdpfaBwd: dropout_p, is_causal, scale (none: 1/sqrt(head_dim), as PyTorch).
 //   Uniform: shape (global), dtype. EmbeddingFwd: dims (padding_idx: empty, or the one index).
+//   Topk: count (k), dim, descending (largest), stable (sorted). Sort/Argsort: dim, descending,
+//   stable. IndexSelect/GatherAlong/Scatter/IndexAdd: dim. Cumsum: dim, dtype. Bincount: count
+//   (minlength).
 struct ExprAttrs {
   std::vector<int64_t> dims;
   std::vector<int64_t> shape;
@@ -210,6 +213,10 @@ struct ExprAttrs {
   double dropout_p = 0.0;
   bool is_causal = false;
   std::optional<double> scale;
+  int64_t dim = 0;
+  int64_t count = 0;
+  bool descending = false;
+  bool stable = false;
 };
 
 class Expr {

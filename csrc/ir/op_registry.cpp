@@ -219,6 +219,48 @@ std::vector<OpInfo> buildTable() {
   bwd.sharding_free_outputs = {};
   bwd.aten = "aten::_scaled_dot_product_flash_attention_backward";
   t.push_back(bwd);
+
+  // Mixture of experts: ATen runs each in a segment of its own. The axis an op reads across (the
+  // sorted or counted axis, the axis gathered from or scattered into, grouped_mm's rows and
+  // contraction) maps to no output axis, so a device split on it is gathered before the op; the
+  // other axes pass their splits through (ir/domain_map.cpp, mapAlongDim and the rest).
+  auto moe = [](OpType op, const char* name, int min_in, int max_in, AxisMapFn map, unsigned attrs, const char* aten,
+                AtenArgs args) {
+    OpInfo i = base(op, name, OpKind::Routing, min_in, max_in, DtypeRule::SameAsInput, map);
+    i.attrs = attrs;
+    i.aten = aten;
+    i.aten_args = args;
+    i.regroups_axes = true;  // an output split on an axis no input maps to is a reshard
+    i.no_cuda = "runs on ATen (data-dependent indexing or grouped GEMM), not in a generated kernel";
+    return i;
+  };
+  // grouped_mm(mat1, mat2[, offsets]): 2-D x 3-D (offsets split mat1's rows), 3-D x 3-D (a batch of
+  // matmuls), 2-D x 2-D (offsets split the contraction: the weight gradient, out [groups, m, n]).
+  t.push_back(moe(OpType::GroupedMm, "grouped_mm", 2, 3, &mapGroupedMm, kNoAttrs, "aten::_grouped_mm",
+                  AtenArgs::GroupedMm));
+  OpInfo topk =
+      moe(OpType::Topk, "topk", 1, 1, nullptr, kAttrK | kAttrDim | kAttrLargest, "aten::topk", AtenArgs::Topk);
+  topk.output_axis_map = &mapAlongDimOutputs;  // values, indices (int64)
+  t.push_back(topk);
+  OpInfo sort =
+      moe(OpType::Sort, "sort", 1, 1, nullptr, kAttrDim | kAttrDescending, "aten::sort.stable", AtenArgs::Sort);
+  sort.output_axis_map = &mapAlongDimOutputs;  // values, indices (int64)
+  t.push_back(sort);
+  t.push_back(moe(OpType::Argsort, "argsort", 1, 1, &mapAlongDim, kAttrDim | kAttrDescending, "aten::sort.stable",
+                  AtenArgs::Sort));
+  t.push_back(moe(OpType::IndexSelect, "index_select", 2, 2, &mapIndexSelect, kAttrDim, "aten::index_select",
+                  AtenArgs::DimIndex));
+  t.push_back(
+      moe(OpType::GatherAlong, "gather", 2, 2, &mapGatherAlong, kAttrDim, "aten::gather", AtenArgs::DimIndex));
+  t.push_back(
+      moe(OpType::Scatter, "scatter", 3, 3, &mapScatter, kAttrDim, "aten::scatter.src", AtenArgs::DimIndexSrc));
+  t.push_back(
+      moe(OpType::IndexAdd, "index_add", 3, 3, &mapScatter, kAttrDim, "aten::index_add", AtenArgs::DimIndexSrc));
+  t.push_back(
+      moe(OpType::Cumsum, "cumsum", 1, 1, &mapAlongDim, kAttrDim | kAttrDtype, "aten::cumsum", AtenArgs::Cumsum));
+  t.back().dtype_rule = D::Attribute;
+  t.push_back(
+      moe(OpType::Bincount, "bincount", 1, 1, &mapNothing, kAttrMinlength, "aten::bincount", AtenArgs::Bincount));
   for (size_t k = 0; k < t.size(); ++k) {
     MF_CHECK(static_cast<size_t>(t[k].op) == k, "op registry out of order at ", t[k].name);
   }
@@ -257,7 +299,8 @@ bool isContraction(OpType op) { return opInfo(op).kind == OpKind::Contraction; }
 bool reduces(OpType op) { return isReduction(op) || isContraction(op) || opInfo(op).kind == OpKind::Gather; }
 bool runsAlone(OpType op) {
   OpKind k = opInfo(op).kind;
-  return k == OpKind::Contraction || k == OpKind::Attention || k == OpKind::Source || k == OpKind::Gather;
+  return k == OpKind::Contraction || k == OpKind::Attention || k == OpKind::Source || k == OpKind::Gather ||
+         k == OpKind::Routing;
 }
 
 }  // namespace mf

@@ -37,6 +37,8 @@ enum class OpType {
   Matmul, Linear,
   // attention (several outputs each)
   SdpfaFwd, SdpfaBwd,
+  // mixture of experts: grouped GEMM and routing (ops_moe.cpp)
+  GroupedMm, Topk, Sort, Argsort, IndexSelect, GatherAlong, Scatter, IndexAdd, Cumsum, Bincount,
 };
 
 enum class OpKind {
@@ -51,6 +53,10 @@ enum class OpKind {
   Reduction,    // sum/max/min over axes; reduced axes stay in the output's logical domain as r{}
   Contraction,  // matmul/linear: output ends with the contracted r{k}
   Attention,    // sdpfa_fwd/bwd: PyTorch's fused attention, several outputs, no reduction axes
+  Routing,      // mixture-of-experts ops whose result depends on the data along an axis (sort, topk,
+                // gather/scatter by index, cumsum, bincount) or on group offsets (grouped_mm): ATen
+                // runs them in a segment of their own; the axis they read across is whole on every
+                // device (its axis map sends it nowhere, so a split on it is gathered first)
 };
 
 // How the output dtype follows from the operands.
@@ -77,6 +83,11 @@ enum AttrMask : unsigned {
   kAttrStrides = 1u << 5,         // ", strides=[..]" (slice; stored in dims)
   kAttrPadWidths = 1u << 6,       // ", pad_widths=[..]" (pad; stored in dims)
   kAttrPaddingIdx = 1u << 7,      // ", padding_idx=[..]" (stored in dims: empty or one index)
+  kAttrK = 1u << 8,               // ", k=2" (topk; stored in count)
+  kAttrDim = 1u << 9,             // ", dim=1" (the axis a routing op works along)
+  kAttrLargest = 1u << 10,        // ", largest=true, sorted=true" (topk; stored in descending, stable)
+  kAttrDescending = 1u << 11,     // ", descending=false, stable=false" (sort, argsort)
+  kAttrMinlength = 1u << 12,      // ", minlength=8" (bincount; stored in count)
 };
 
 // How the ATen evaluator calls the op (the op itself is found by `aten` name through the
@@ -100,6 +111,14 @@ enum class AtenArgs {
   CounterRng,      // no ATen op: the counter-based generator of support/counter_rng.h over the
                    // global indices of this rank's shard (runtime/uniform.cpp)
   Embedding,       // aten(weight, indices, padding_idx): operands swapped to ATen's order
+  // Mixture-of-experts ops (runtime/moe_ops.cpp), each a function of its operands and attributes:
+  GroupedMm,       // torch._grouped_mm on CUDA bfloat16, else one matmul per group
+  Topk,            // aten::topk(x, k, dim, largest, sorted) -> values, indices
+  Sort,            // aten::sort.stable(x, stable, dim, descending) -> values, indices (argsort: indices)
+  DimIndex,        // aten(x, dim, index): index_select, gather
+  DimIndexSrc,     // aten(x, dim, index, src): scatter, index_add
+  Cumsum,          // aten::cumsum(x, dim, dtype)
+  Bincount,        // aten::bincount(x, minlength=minlength); a value past minlength is an error
 };
 
 // For expr `e` and its tensor input at `input_index`: result[p] is the index into the consumer's

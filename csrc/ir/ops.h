@@ -76,6 +76,32 @@ TensorView* cat(const std::vector<TensorView*>& xs, int64_t dim);
 // stride, larger = outer; [n-1, ..., 0] is row-major).
 TensorView* strideOrder(TensorView* x, const std::vector<int64_t>& stride_order);
 
+// Mixture of experts (ops_moe.cpp); PyTorch's semantics, nvFuser's names.
+// torch._grouped_mm: [m, k] x [g, k, n] with int32 `offsets` [g] (cumulative ends of each group's
+// rows) -> [m, n]; [g, m, k] x [g, k, n] (no offsets) -> [g, m, n]; [m, k] x [k, n] with offsets
+// splitting k -> [g, m, n] (the weight gradient). `offsets` may be null for 3-D x 3-D only.
+TensorView* groupedMm(TensorView* mat1, TensorView* mat2, TensorView* offsets);
+// torch.topk: {values, indices (int64)} with `k` entries along `dim`.
+std::pair<TensorView*, TensorView*> topk(TensorView* x, int64_t k, int64_t dim = -1, bool largest = true,
+                                         bool sorted = true);
+// torch.sort: {values, indices (int64)}; argsort: the indices alone.
+std::pair<TensorView*, TensorView*> sort(TensorView* x, int64_t dim = -1, bool descending = false, bool stable = false);
+TensorView* argsort(TensorView* x, int64_t dim = -1, bool descending = false, bool stable = false);
+// torch.index_select: the entries of axis `dim` that the 1-D integer `index` names.
+TensorView* indexSelect(TensorView* x, int64_t dim, TensorView* index);
+// torch.gather: out[..i..] = x[..index[..i..] at dim..]; index has x's rank and, on other axes, at
+// most x's extents (`exact_extents`: exactly them, nvFuser's take_along_axis).
+TensorView* gather(TensorView* x, int64_t dim, TensorView* index, bool exact_extents = false);
+// torch.scatter (src form): a copy of x with src's values written where index points along dim.
+TensorView* scatter(TensorView* x, int64_t dim, TensorView* index, TensorView* src);
+// torch.index_add: a copy of x with src's slices along dim added at the 1-D index's positions.
+TensorView* indexAdd(TensorView* x, int64_t dim, TensorView* index, TensorView* src);
+// torch.cumsum; integers and bool accumulate in int64 unless `dtype` is given.
+TensorView* cumsum(TensorView* x, int64_t dim, std::optional<DataType> dtype = std::nullopt);
+// torch.bincount(x, minlength=minlength) with exactly `minlength` bins (int64): every value of the
+// 1-D integer x must lie in [0, minlength) (checked when it runs).
+TensorView* bincount(TensorView* x, int64_t minlength);
+
 // Composites (ops_composite.cpp): built from the ops above, so they shard like them.
 // torch.var_mean: two passes (the mean, then the sum of squared deviations), in float for
 // half/bfloat16 inputs. Returns {var, mean}.

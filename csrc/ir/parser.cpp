@@ -383,6 +383,10 @@ class Parser {
         attrs.dims = parseInts(value);
       else if (key == "dropout_p") attrs.dropout_p = parseNumber(value);
       else if (key == "is_causal") attrs.is_causal = value == "true";
+      else if (key == "k" || key == "minlength") attrs.count = parseInt(value);
+      else if (key == "dim") attrs.dim = parseInt(value);
+      else if (key == "largest" || key == "descending") attrs.descending = parseBool(value);
+      else if (key == "sorted" || key == "stable") attrs.stable = parseBool(value);
       else if (key == "scale") attrs.scale = value == "none" ? std::nullopt : std::optional<double>(parseNumber(value));
       else fail(false, "unknown attribute '", key, "' of ", op_name);
     }
@@ -398,6 +402,17 @@ class Parser {
       outs.push_back(out);
     }
     fusion_->newExpr(info->op, operands, outs, attrs);
+  }
+
+  int64_t parseInt(const std::string& text) {
+    double v = parseNumber(text);
+    fail(v == static_cast<double>(static_cast<int64_t>(v)), "expected an integer, got '", text, "'");
+    return static_cast<int64_t>(v);
+  }
+
+  bool parseBool(const std::string& text) {
+    fail(text == "true" || text == "false", "expected true or false, got '", text, "'");
+    return text == "true";
   }
 
   double parseNumber(const std::string& text) {

@@ -39,6 +39,12 @@ std::string attrString(const Expr* e) {
   if (mask & kAttrStrides) s += ", strides=" + listText(a.dims);
   if (mask & kAttrPadWidths) s += ", pad_widths=" + listText(a.dims);
   if ((mask & kAttrPaddingIdx) && !a.dims.empty()) s += ", padding_idx=" + listText(a.dims);
+  auto flag = [](bool b) { return b ? "true" : "false"; };
+  if (mask & kAttrK) s += ", k=" + std::to_string(a.count);
+  if (mask & kAttrDim) s += ", dim=" + std::to_string(a.dim);
+  if (mask & kAttrLargest) s += std::string(", largest=") + flag(a.descending) + ", sorted=" + flag(a.stable);
+  if (mask & kAttrDescending) s += std::string(", descending=") + flag(a.descending) + ", stable=" + flag(a.stable);
+  if (mask & kAttrMinlength) s += ", minlength=" + std::to_string(a.count);
   return s;
 }
 

@@ -10,6 +10,7 @@
 #include "ir/fusion.h"
 #include "multidevice/sharding.h"
 #include "runtime/attention.h"
+#include "runtime/moe_ops.h"
 #include "runtime/uniform.h"
 #include "support/counter_rng.h"
 #include "support/error.h"
@@ -78,10 +79,12 @@ const c10::OperatorHandle& atenOp(const char* qualified) {
   return handles.emplace(qualified, handle).first->second;
 }
 
+}  // namespace
+
 // Calls `qualified` with positional `args`; `named` fills later arguments by name where the schema
 // has them (e.g. sum's dtype, which amax does not take); the schema's defaults fill the rest.
-at::Tensor callAten(const char* qualified, std::vector<c10::IValue> args,
-                    const std::vector<std::pair<const char*, c10::IValue>>& named = {}) {
+std::vector<c10::IValue> callAtenAll(const char* qualified, std::vector<c10::IValue> args,
+                                     const std::vector<std::pair<const char*, c10::IValue>>& named) {
   const c10::OperatorHandle& op = atenOp(qualified);
   const auto& params = op.schema().arguments();
   for (size_t i = args.size(); i < params.size(); ++i) {
@@ -95,8 +98,15 @@ at::Tensor callAten(const char* qualified, std::vector<c10::IValue> args,
   }
   torch::jit::Stack stack(std::make_move_iterator(args.begin()), std::make_move_iterator(args.end()));
   op.callBoxed(&stack);
-  return stack.at(0).toTensor();
+  return std::vector<c10::IValue>(stack.begin(), stack.end());
 }
+
+at::Tensor callAten(const char* qualified, std::vector<c10::IValue> args,
+                    const std::vector<std::pair<const char*, c10::IValue>>& named) {
+  return callAtenAll(qualified, std::move(args), named).at(0).toTensor();
+}
+
+namespace {
 
 // A Python number as ATen sees one: a 0-dim "wrapped number" that promotes by category only.
 at::Tensor wrappedNumber(const c10::Scalar& s) {
@@ -261,6 +271,13 @@ at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in,
     case AtenArgs::Attention: MF_THROW_INTERNAL("attention is evaluated by evaluateAttention");
     case AtenArgs::CounterRng: result = uniform(e, in, bindings, context); break;
     case AtenArgs::Embedding: result = embedding(e, in, context); break;
+    case AtenArgs::GroupedMm:
+    case AtenArgs::Topk:
+    case AtenArgs::Sort:
+    case AtenArgs::DimIndex:
+    case AtenArgs::DimIndexSrc:
+    case AtenArgs::Cumsum:
+    case AtenArgs::Bincount: MF_THROW_INTERNAL("mixture-of-experts ops are evaluated by evaluateMoeOp");
     case AtenArgs::Operands: {
       if (info.refuses_negative_integer_exponent && in.size() == 2 && in[0].is_tensor && !in[1].is_tensor) {
         const bool integer_base = at::isIntegralType(in[0].tensor.scalar_type(), /*includeBool=*/true);
@@ -309,6 +326,7 @@ std::vector<at::Tensor> evaluateExpr(const Expr* e, const std::vector<RuntimeVal
                                      const ExtentBindings& bindings, const EvalContext& context) {
   try {
     if (opInfo(e->op()).aten_args == AtenArgs::Attention) return evaluateAttention(e, in);
+    if (opInfo(e->op()).kind == OpKind::Routing) return evaluateMoeOp(e, in);
     return {evaluateUnchecked(e, in, bindings, context)};
   } catch (const c10::Error& err) {
     MF_THROW_USER("while running ", e->toString(), ": ", err.what_without_backtrace());

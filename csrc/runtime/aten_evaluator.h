@@ -39,6 +39,14 @@ struct EvalContext {
   c10::Device device = c10::Device(c10::kCPU);
 };
 
+// Calls the ATen operator `qualified` ("aten::sum.dim_IntList") through the dispatcher with
+// positional `args`; `named` fills later arguments by name where the schema has them; the schema's
+// defaults fill the rest. callAten returns the first result, callAtenAll every one.
+at::Tensor callAten(const char* qualified, std::vector<c10::IValue> args,
+                    const std::vector<std::pair<const char*, c10::IValue>>& named = {});
+std::vector<c10::IValue> callAtenAll(const char* qualified, std::vector<c10::IValue> args,
+                                     const std::vector<std::pair<const char*, c10::IValue>>& named = {});
+
 // Evaluates `e` on `inputs` (one per e->inputs()) and returns the local output tensors, one per
 // e->outputs().
 std::vector<at::Tensor> evaluateExpr(const Expr* e, const std::vector<RuntimeValue>& inputs,

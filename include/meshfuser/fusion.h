@@ -159,6 +159,25 @@ struct AttentionGradients {
 // The forward's options must be given again.
 AttentionGradients sdpfaBwd(const TensorView& grad_attn, const TensorView& q, const TensorView& k, const TensorView& v,
                             const AttentionForward& forward, const AttentionOptions& options = {});
+
+// Mixture of experts (PyTorch's semantics). groupedMm is torch._grouped_mm: [m, k] x [g, k, n] with
+// int32 offsets [g] (cumulative ends of each group's rows) -> [m, n]; [m, k] x [k, n] with offsets
+// splitting k -> [g, m, n]; without offsets [g, m, k] x [g, k, n] -> [g, m, n].
+TensorView groupedMm(const TensorView& mat1, const TensorView& mat2, const TensorView& offsets);
+TensorView groupedMm(const TensorView& mat1, const TensorView& mat2);
+// {values, indices (int64)}.
+std::pair<TensorView, TensorView> topk(const TensorView& x, int64_t k, int64_t dim = -1, bool largest = true,
+                                       bool sorted = true);
+std::pair<TensorView, TensorView> sort(const TensorView& x, int64_t dim = -1, bool descending = false,
+                                       bool stable = false);
+TensorView argsort(const TensorView& x, int64_t dim = -1, bool descending = false, bool stable = false);
+TensorView indexSelect(const TensorView& x, int64_t dim, const TensorView& index);  // 1-D index
+TensorView gather(const TensorView& x, int64_t dim, const TensorView& index);       // torch.gather
+TensorView scatter(const TensorView& x, int64_t dim, const TensorView& index, const TensorView& src);
+TensorView indexAdd(const TensorView& x, int64_t dim, const TensorView& index, const TensorView& src);
+TensorView cumsum(const TensorView& x, int64_t dim);
+// Exactly `minlength` bins; every value must lie in [0, minlength).
+TensorView bincount(const TensorView& x, int64_t minlength);
 }  // namespace ops
 
 }  // namespace meshfuser

@@ -7,6 +7,7 @@ from torch import Tensor as _Tensor
 from . import _C
 from .distributed import _ensure_initialized
 from ._C import DataType, ParallelType, OpType
+from .moe_ops import MoeOps
 from .mesh import as_device_mesh
 from . import custom_op as _custom_op
 
@@ -110,7 +111,7 @@ def _current_ops(_tv):
     return _active_definitions.stack[-1].ops
 
 
-class _Ops:
+class _Ops(MoeOps):
     def __init__(self, fd):
         self._fd = fd
         for name in _UNARY:

@@ -81,6 +81,54 @@ TEST(PublicApiTest, TransformerOpsAgainstATen) {
   EXPECT_EQ(countStartingWith(exec.communications(), "Allreduce"), d > 1 ? 2 : 0) << exec.hostProgram();
 }
 
+// The routing ops and column-parallel experts through the public API: top-2 of router scores,
+// tokens ordered by expert, per-expert offsets, grouped_mm with the experts' columns split (no
+// communication), the weighted index_add combine of the gathered result.
+TEST(PublicApiTest, MixtureOfExpertsOpsAgainstATen) {
+  auto& comm = communicator();
+  const int64_t d = comm.size(), rank = comm.rank(), tokens = 6, hidden = 4, experts = 3, n = 2 * d;
+  auto mesh = meshfuser::DeviceMesh::range(d);
+  meshfuser::Fusion f;
+  auto x = f.defineTensor({tokens, hidden});
+  auto scores = f.defineTensor({tokens, experts});
+  auto w = f.defineTensor({experts, hidden, n});
+  auto [weights, chosen] = meshfuser::ops::topk(scores, 2, 1);
+  auto flat = meshfuser::ops::reshape(chosen, {tokens * 2});
+  auto order = meshfuser::ops::argsort(flat, 0, false, true);
+  auto sorted_experts = meshfuser::ops::gather(flat, 0, order);
+  auto offsets = meshfuser::ops::cast(meshfuser::ops::cumsum(meshfuser::ops::bincount(flat, experts), 0),
+                                      meshfuser::DataType::Int32);
+  auto rows = meshfuser::ops::indexSelect(x, 0, meshfuser::ops::cast(meshfuser::ops::mul(order, 0.5),
+                                                                     meshfuser::DataType::Int));
+  auto y = meshfuser::ops::groupedMm(rows, w, offsets);
+  f.addOutput(weights);
+  f.addOutput(sorted_experts);
+  f.addOutput(y);
+  w.setDeviceMesh(mesh).outerSplit(2, d).parallelize(2, ParallelType::MeshX);
+  y.setDeviceMesh(mesh).outerSplit(1, d).parallelize(1, ParallelType::MeshX);
+  for (auto* t : {&x, &scores}) t->setDeviceMesh(mesh);
+
+  at::manual_seed(0);
+  at::Tensor ux = at::randn({tokens, hidden}), us = at::randn({tokens, experts}), uw = at::randn({experts, hidden, n});
+  meshfuser::Executor exec(f, comm);
+  auto outputs = exec.execute({ux, us, uw.chunk(d, 2)[rank].contiguous()});
+  auto [ref_weights, ref_chosen] = at::topk(us, 2, 1);
+  at::Tensor ref_flat = ref_chosen.reshape({-1});
+  at::Tensor ref_order = at::argsort(ref_flat, /*stable=*/true, 0, false);
+  at::Tensor ref_rows = ux.index_select(0, at::floor_divide(ref_order, 2));
+  at::Tensor ends = at::bincount(ref_flat, {}, experts).cumsum(0);
+  at::Tensor ref_y = at::zeros({tokens * 2, n});
+  for (int64_t g = 0, start = 0; g < experts; ++g) {
+    int64_t end = ends[g].item<int64_t>();
+    ref_y.slice(0, start, end).copy_(at::mm(ref_rows.slice(0, start, end), uw[g]));
+    start = end;
+  }
+  EXPECT_TRUE(at::allclose(outputs.at(0), ref_weights));
+  EXPECT_TRUE(at::equal(outputs.at(1), ref_flat.index_select(0, ref_order)));
+  EXPECT_TRUE(at::allclose(outputs.at(2), ref_y.chunk(d, 1)[rank], 1e-5, 1e-5)) << outputs.at(2) << ref_y;
+  EXPECT_EQ(exec.communications().size(), 0u) << exec.hostProgram();
+}
+
 // A tensor-parallel attention block through the public API: LayerNorm (var_mean, rsqrt,
 // broadcast), q/k/v projections sharded on heads, causal attention per head, the output
 // projection sharded on its contraction, a residual add. Megatron's plan: one Allreduce. The

@@ -116,6 +116,32 @@ TEST(ParserTest, RoundTripsAttentionWithSeveralOutputs) {
   }
 }
 
+TEST(ParserTest, RoundTripsMixtureOfExpertsOps) {
+  Fusion f;
+  TensorView* x = defineTensor(f, {6, 4}, DataType::Float);
+  TensorView* w = defineTensor(f, {3, 4, 5}, DataType::Float);
+  TensorView* offsets = defineTensor(f, {3}, DataType::Int32);
+  auto [weights, experts] = topk(x, 2, -1, /*largest=*/false, /*sorted=*/true);
+  TensorView* flat = reshape(experts, {12});
+  auto [sorted, order] = sort(flat, 0, /*descending=*/true, /*stable=*/true);
+  TensorView* rows = indexSelect(x, 0, argsort(flat, 0, false, true));
+  TensorView* counts = cumsum(bincount(sorted, 3), 0, DataType::Int32);
+  TensorView* picked = gather(x, 1, experts);
+  f.addOutput(groupedMm(x, w, offsets));
+  f.addOutput(weights);
+  f.addOutput(order);
+  f.addOutput(rows);
+  f.addOutput(counts);
+  f.addOutput(scatter(x, 1, experts, picked));
+  f.addOutput(indexAdd(x, 0, reshape(order, {12}), indexSelect(x, 0, order)));
+  expectRoundTrip(f);
+  std::string text = printFusion(f);
+  for (const char* attrs : {"k=2, dim=1, largest=false, sorted=true", "dim=0, descending=true, stable=true",
+                            "minlength=3", "dtype=int32, dim=0)"}) {
+    EXPECT_NE(text.find(attrs), std::string::npos) << attrs << " not in\n" << text;
+  }
+}
+
 TEST(ParserTest, MalformedTextIsAUserErrorNamingTheLine) {
   auto message = [](const std::string& text) {
     try {

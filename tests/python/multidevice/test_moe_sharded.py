@@ -1,0 +1,111 @@
+"""Mixture-of-experts ops on several ranks: column-parallel experts (grouped_mm with mat2 split on
+its columns) and the routing ops with rows split stay local; an axis the op reads across (the
+sorted axis, grouped_mm's token rows) is gathered first. Checked against PyTorch on the unsharded
+tensors."""
+import torch
+
+import meshfuser
+from meshfuser.testing import communication_kinds
+from meshfuser import DataType, DeviceMesh, FusionDefinition, ParallelType
+
+
+def _communications(fd, inputs):
+    with meshfuser.Profiler() as prof:
+        fd.execute(inputs)
+    return communication_kinds([k.name for k in prof.profile.kernel_profiles if k.scheduler == "communication"])
+
+
+def _shard(tv, mesh, axis):
+    tv.set_device_mesh(mesh)
+    tv.split(axis, mesh.size, False)
+    tv.axis(axis).parallelize(ParallelType.mesh_x)
+
+
+def _offsets(sizes):
+    return torch.tensor(sizes, dtype=torch.int32).cumsum(0).to(torch.int32)
+
+
+def _grouped(mat1, mat2, offs):
+    out, start = torch.zeros(mat1.shape[0], mat2.shape[2]), 0
+    for g, end in enumerate(offs.tolist()):
+        out[start:end] = mat1[start:end] @ mat2[g]
+        start = end
+    return out
+
+
+def test_column_parallel_grouped_mm(multidevice_test):
+    d = multidevice_test.size
+    mesh = DeviceMesh(range(d))
+    offs = _offsets([3, 0, 4])  # an expert without tokens
+    with FusionDefinition() as fd:
+        tokens = fd.define_tensor([7, 8])
+        w = fd.define_tensor([3, 8, d * 4])
+        o = fd.define_tensor([3], dtype=DataType.Int32)
+        out = fd.ops.grouped_mm(tokens, w, o)
+        fd.add_output(out)
+        tokens.set_device_mesh(mesh)
+        o.set_device_mesh(mesh)
+        _shard(w, mesh, 2)
+        _shard(out, mesh, 1)
+    ut, uw = torch.randn(7, 8), torch.randn(3, 8, d * 4)
+    inputs = [ut, multidevice_test.shard_tensor(uw, 2, mesh), offs]
+    (out_t,) = fd.execute(inputs)
+    torch.testing.assert_close(out_t.cpu(), mesh.shard_tensor(_grouped(ut, uw, offs), 1, multidevice_test.rank))
+    assert fd.get_output_shardings()[0].axis_sharded_on(ParallelType.mesh_x) == 1
+    assert _communications(fd, inputs) == []
+
+
+def test_grouped_mm_token_rows_are_gathered(multidevice_test):
+    d = multidevice_test.size
+    mesh = DeviceMesh(range(d))
+    offs = _offsets([d, 2 * d, d])
+    with FusionDefinition() as fd:
+        tokens = fd.define_tensor([4 * d, 8])
+        w = fd.define_tensor([3, 8, 5])
+        o = fd.define_tensor([3], dtype=DataType.Int32)
+        fd.add_output(fd.ops.grouped_mm(tokens, w, o))
+        _shard(tokens, mesh, 0)
+        w.set_device_mesh(mesh)
+        o.set_device_mesh(mesh)
+    ut, uw = torch.randn(4 * d, 8), torch.randn(3, 8, 5)
+    inputs = [multidevice_test.shard_tensor(ut, 0, mesh), uw, offs]
+    (out_t,) = fd.execute(inputs)
+    torch.testing.assert_close(out_t.cpu(), _grouped(ut, uw, offs))
+    assert _communications(fd, inputs) == (["Allgather"] if d > 1 else [])
+
+
+def test_routing_rows_split_stay_local(multidevice_test):
+    d = multidevice_test.size
+    mesh = DeviceMesh(range(d))
+    with FusionDefinition() as fd:
+        probs = fd.define_tensor([2 * d, 6])
+        weights, experts = fd.ops.topk(probs, 2, dim=1)
+        order = fd.ops.argsort(experts, dim=1, stable=True)
+        ends = fd.ops.cumsum(experts, 1)
+        for t in (weights, order, ends):
+            fd.add_output(t)
+        for t in (probs, weights, experts, order, ends):
+            _shard(t, mesh, 0)
+    up = torch.rand(2 * d, 6)
+    inputs = [multidevice_test.shard_tensor(up, 0, mesh)]
+    out_w, out_o, out_e = fd.execute(inputs)
+    ref_w, ref_e = torch.topk(up, 2, dim=1)
+    rank = multidevice_test.rank
+    torch.testing.assert_close(out_w.cpu(), mesh.shard_tensor(ref_w, 0, rank))
+    torch.testing.assert_close(out_o.cpu(), mesh.shard_tensor(torch.argsort(ref_e, dim=1, stable=True), 0, rank))
+    torch.testing.assert_close(out_e.cpu(), mesh.shard_tensor(torch.cumsum(ref_e, 1), 0, rank))
+    assert _communications(fd, inputs) == []
+
+
+def test_sorted_axis_split_is_gathered(multidevice_test):
+    d = multidevice_test.size
+    mesh = DeviceMesh(range(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([3, 4 * d])
+        fd.add_output(fd.ops.argsort(x, dim=1, stable=True))
+        _shard(x, mesh, 1)
+    ux = torch.randn(3, 4 * d)
+    inputs = [multidevice_test.shard_tensor(ux, 1, mesh)]
+    (out,) = fd.execute(inputs)
+    torch.testing.assert_close(out.cpu(), torch.argsort(ux, dim=1, stable=True))
+    assert _communications(fd, inputs) == (["Allgather"] if d > 1 else [])
