@@ -24,6 +24,7 @@
 
 #include "multidevice/communicator.h"
 #include "support/error.h"
+#include "support/options.h"
 #include "support/text.h"
 
 namespace mf {
@@ -44,10 +45,7 @@ struct SegmentHeader {
 };
 constexpr size_t kHeaderBytes = 64;
 // Busy-wait this many pause instructions before sleeping on the futex (MESHFUSER_CONTROL_SPINS).
-const int kSpins = [] {
-  const char* v = std::getenv("MESHFUSER_CONTROL_SPINS");
-  return v != nullptr && *v != '\0' ? std::atoi(v) : 2000;
-}();
+const int kSpins = static_cast<int>(envInt("MESHFUSER_CONTROL_SPINS", 2000, 0));
 
 long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
   return syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
@@ -208,8 +206,8 @@ int64_t hostIdentity() {
 }
 
 std::string transportSetting() {
-  const char* v = std::getenv("MESHFUSER_CONTROL_TRANSPORT");
-  std::string s = v == nullptr ? "" : v;
+  const std::string v = envString("MESHFUSER_CONTROL_TRANSPORT");
+  std::string s = v;
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (s.empty()) s = "auto";
   MF_USER_CHECK(s == "auto" || s == "shm" || s == "gloo", "MESHFUSER_CONTROL_TRANSPORT: unknown value '", v,
@@ -221,8 +219,7 @@ std::string transportSetting() {
 
 void Communicator::setUpControlTransport() {
   shm_.reset();
-  const char* timeout = std::getenv("MESHFUSER_VALIDATION_TIMEOUT_S");
-  control_timeout_s_ = timeout != nullptr && *timeout != '\0' ? std::atof(timeout) : 120.0;
+  control_timeout_s_ = static_cast<double>(envInt("MESHFUSER_VALIDATION_TIMEOUT_S", 120, 1));
   if (size_ == 1 || control_store_) return;
   const std::string setting = transportSetting();  // the same on every rank, or the exchanges below differ
   if (setting == "gloo") return;

@@ -10,6 +10,7 @@
 #include "ir/fusion.h"
 #include "multidevice/communicator.h"
 #include "support/error.h"
+#include "support/options.h"
 
 namespace mf {
 namespace {
@@ -200,8 +201,8 @@ std::string threadTagName(int64_t tag) {
 }
 
 bool strictAgreement() {
-  const char* v = std::getenv("MESHFUSER_DISTRIBUTED_DEBUG");
-  if (v == nullptr || *v == '\0') return false;
+  const std::string v = envString("MESHFUSER_DISTRIBUTED_DEBUG");
+  if (v.empty()) return false;
   std::string s(v);
   for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   MF_USER_CHECK(s == "OFF" || s == "INFO" || s == "DETAIL", "MESHFUSER_DISTRIBUTED_DEBUG: unknown value '", v,

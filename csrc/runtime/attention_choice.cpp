@@ -1,10 +1,10 @@
 #include "runtime/attention_choice.h"
 
-#include <cstdlib>
 #include <mutex>
 #include <unordered_map>
 
 #include "support/error.h"
+#include "support/options.h"
 
 namespace mf {
 namespace {
@@ -13,9 +13,8 @@ namespace {
 constexpr int64_t kSdpMath = 0, kSdpFlash = 1, kSdpEfficient = 2, kSdpCudnn = 3;
 
 std::optional<AttentionKernel> forcedKernel() {
-  const char* value = std::getenv("MESHFUSER_ATTENTION_KERNEL");
-  if (value == nullptr || *value == '\0') return std::nullopt;
-  const std::string v(value);
+  const std::string v = envString("MESHFUSER_ATTENTION_KERNEL");
+  if (v.empty()) return std::nullopt;
   if (v == "cudnn") return AttentionKernel::Cudnn;
   if (v == "flash") return AttentionKernel::Flash;
   if (v == "efficient") return AttentionKernel::Efficient;
