@@ -55,6 +55,12 @@ void requireIndexDtype(const char* op, const char* what, const TensorView* index
                     index->label(), " must be int64 or int32; got ", toString(index->dtype()));
 }
 
+// scatter / index_add write src's values into x: one dtype.
+void requireSrcDtype(const char* op, const TensorView* src, const TensorView* x) {
+  MF_USER_ARG_CHECK(src->dtype() == x->dtype(), op, ": src ", src->label(), " has dtype ", toString(src->dtype()),
+                    " but the input ", x->label(), " has ", toString(x->dtype()), "; they must agree");
+}
+
 void requireRank(const char* op, const char* what, const TensorView* tv, int64_t rank) {
   MF_USER_ARG_CHECK(rankOf(tv) == rank, op, ": ", what, " ", tv->label(), " has shape ", shapeOf(tv),
                     " (", rankOf(tv), "-D); expected ", rank, "-D");
@@ -204,8 +210,7 @@ TensorView* scatter(TensorView* x, int64_t dim, TensorView* index, TensorView* s
   requireIndexDtype(op, "index", index);
   requireRank(op, "index", index, rankOf(x));
   requireRank(op, "src", src, rankOf(x));
-  MF_USER_ARG_CHECK(src->dtype() == x->dtype(), op, ": src ", src->label(), " has dtype ", toString(src->dtype()),
-                    " but the input ", x->label(), " has ", toString(x->dtype()), "; they must agree");
+  requireSrcDtype(op, src, x);
   for (int64_t a = 0; a < rankOf(x); ++a) {
     requireExtent(f, op, "index", index, a, "src", src, a, /*exact=*/false);
     if (a != attrs.dim) requireExtent(f, op, "index", index, a, "input", x, a, /*exact=*/false);
@@ -223,8 +228,7 @@ TensorView* indexAdd(TensorView* x, int64_t dim, TensorView* index, TensorView* 
   requireIndexDtype(op, "index", index);
   requireRank(op, "index", index, 1);
   requireRank(op, "src", src, rankOf(x));
-  MF_USER_ARG_CHECK(src->dtype() == x->dtype(), op, ": src ", src->label(), " has dtype ", toString(src->dtype()),
-                    " but the input ", x->label(), " has ", toString(x->dtype()), "; they must agree");
+  requireSrcDtype(op, src, x);
   for (int64_t a = 0; a < rankOf(x); ++a) {
     if (a == attrs.dim) requireExtent(f, op, "src", src, a, "index", index, 0, /*exact=*/true);
     else requireExtent(f, op, "src", src, a, "input", x, a, /*exact=*/true);

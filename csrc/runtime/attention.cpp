@@ -23,14 +23,17 @@ namespace {
 constexpr int64_t kHeadDimMultiple = 8;          // the fused CUDA kernels' head_dim alignment
 constexpr int64_t kEfficientLseRowMultiple = 32;  // memory-efficient attention pads logsumexp rows
 
-// [batch..., heads, seq, head_dim] -> [batch, heads, seq, head_dim], contiguous: the fused
-// kernels assume a unit stride along head_dim (a transposed v gave wrong attention, silently), and
-// the folded batch is computed (reshape cannot infer -1 for a tensor with no elements).
-at::Tensor to4d(const at::Tensor& t) {
+// [batch..., heads, seq, head_dim] -> [batch, heads, seq, head_dim] (the folded batch is computed:
+// reshape cannot infer -1 for a tensor with no elements).
+at::Tensor fold4d(const at::Tensor& t) {
   int64_t batch = 1;
   for (int64_t d = 0; d + 3 < t.dim(); ++d) batch *= t.size(d);
-  return t.reshape({batch, t.size(-3), t.size(-2), t.size(-1)}).contiguous();
+  return t.reshape({batch, t.size(-3), t.size(-2), t.size(-1)});
 }
+
+// Folded and contiguous: the CPU kernels assume a unit stride along head_dim and more (a transposed
+// v gave wrong attention, silently).
+at::Tensor to4d(const at::Tensor& t) { return fold4d(t).contiguous(); }
 
 at::Tensor padLastDim(const at::Tensor& t, int64_t size) {
   return t.size(-1) == size ? t : at::constant_pad_nd(t, {0, size - t.size(-1)}, 0);
@@ -62,12 +65,7 @@ struct KernelCall {
 // The fused CUDA kernels read any layout with a unit stride along head_dim (q, k and v permuted out
 // of [batch, seq, heads, head_dim] are read in place, and the output comes back in that layout, so
 // merging the heads after is a view): no copy unless head_dim is strided.
-at::Tensor to4dStrided(const at::Tensor& t) {
-  if (!t.is_cuda() || t.stride(-1) != 1) return to4d(t);
-  int64_t batch = 1;
-  for (int64_t d = 0; d + 3 < t.dim(); ++d) batch *= t.size(d);
-  return t.reshape({batch, t.size(-3), t.size(-2), t.size(-1)});
-}
+at::Tensor to4dStrided(const at::Tensor& t) { return t.is_cuda() && t.stride(-1) == 1 ? fold4d(t) : to4d(t); }
 
 KernelCall prepare(const Expr* e, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   const ExprAttrs& a = e->attrs();

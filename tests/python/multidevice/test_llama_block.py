@@ -22,9 +22,6 @@ COMMS = {"tp": ["Allreduce"] * 2, "sp": ["Allgather", "ReduceScatter"] * 2}
 
 @pytest.mark.parametrize("form", ["tp", "sp"])
 def test_llama_block_forward(multidevice_test, form):
-    if multidevice_test.device.type == "cuda":
-        pytest.skip("float32 attention has no CUDA flash kernel (half/bfloat16 only); the bfloat16 block runs in "
-                    "test_gpt_block_training_step_in_bfloat16")
     d, rank = multidevice_test.size, multidevice_test.rank
     mesh = DeviceMesh(range(d))
     b, s, h, hd, ffn = 2, 2 * d, 2 * d, 8, 12 * d

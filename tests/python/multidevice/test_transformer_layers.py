@@ -23,15 +23,6 @@ EPS = 1e-5
 TOL = dict(rtol=1e-4, atol=1e-4)
 
 
-@pytest.fixture(autouse=True)
-def _float32_attention_runs_on_cpu(multidevice_test):
-    """These cases check float32 numbers; PyTorch's CUDA flash-attention kernel (what sdpfa runs on
-    GPUs) takes half/bfloat16 only, so on CUDA ranks meshfuser refuses float32 with an error. The
-    bfloat16 block on GPUs is test_gpt_block_training.py's training step."""
-    if multidevice_test.device.type == "cuda":
-        pytest.skip("float32 attention has no CUDA flash kernel (half/bfloat16 only)")
-
-
 @pytest.mark.parametrize("form", ["tp", "sp"])
 def test_gpt_block_forward(multidevice_test, form):
     """TP: activations replicated, two Allreduce. SP: activations split on the sequence, an
