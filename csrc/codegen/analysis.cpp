@@ -2,7 +2,7 @@
 //
 // Requires: a KernelSegment (exprs topologically ordered) and one KernelTensorArg per tensor input
 // (or one per input Val, scalar entries ignored). Guarantees on success: every op is pointwise, cast,
-// broadcast_in_dim, squeeze, permute or a sum/max/min; every tensor is float, half, bfloat16,
+// broadcast_in_dim, squeeze, permute, slice, pad, cat or a sum/max/min; every tensor is float, half, bfloat16,
 // bool, double, int32 or int64 (the last three make the kernel compute in double); no output has a
 // root domain; Analysis::shape holds the local (per-device) sizes of every tensor, propagated from
 // the args with the ATen evaluator's rules.
@@ -53,7 +53,8 @@ bool outputShape(const Analysis& a, const Expr* e, std::vector<int64_t>* out, st
       int64_t c = p2c[p] < 0 ? -1 : no_reduction[p2c[p]];
       bool reduced = p2c[p] >= 0 && c < 0;
       if (c < 0) {
-        if (s[p] != 1 && !reduced) {
+        // A resize (slice, pad, cat) maps its resized axes nowhere: their extent is the output's own.
+        if (s[p] != 1 && !reduced && info.cuda_resize == nullptr) {
           *why = str(e->toString(), ": drops axis ", p, " of ", in->toString(), ", which has local extent ", s[p]);
           return false;
         }
@@ -83,7 +84,7 @@ bool outputShape(const Analysis& a, const Expr* e, std::vector<int64_t>* out, st
 
 bool checkOp(const Expr* e, std::string* why) {
   const OpInfo& info = opInfo(e->op());
-  if (info.cuda == nullptr && info.cuda_combine == nullptr) {
+  if (info.cuda == nullptr && info.cuda_combine == nullptr && info.cuda_resize == nullptr) {
     *why = str(e->toString(), ": ", info.no_cuda);
     return false;
   }

@@ -297,11 +297,11 @@ std::string wrapInt32Result(DataType dt, const std::string& value) {
   return compute_in_double && dt == DataType::Int32 ? "(double)(int)(long long)(" + value + ")" : value;
 }
 
-std::string emitExpr(const Expr* e, const std::string& indent) {
+std::string emitExpr(const Expr* e, const std::string& indent, const std::string& suffix) {
   const OpInfo& info = opInfo(e->op());
   MF_CHECK(info.cuda != nullptr, "codegen: no expression for ", e->toString());
   std::vector<std::string> in;
-  for (const Val* v : e->inputs()) in.push_back(operandText(v));
+  for (const Val* v : e->inputs()) in.push_back(operandText(v) + (v->isTensor() ? suffix : ""));
   // Computed in int32 (PyTorch's promotion of the operands): a wider integer operand (an int64
   // scalar or 0-dim tensor) is converted to int32 first, wrapping, as PyTorch converts it.
   const bool promotes = info.dtype_rule == DtypeRule::Promote || info.dtype_rule == DtypeRule::Bool;
@@ -331,7 +331,7 @@ std::string emitExpr(const Expr* e, const std::string& indent) {
   }
   // A bool result of arithmetic (e.g. add of two bool tensors) is normalized to 0/1.
   if (out->dtype() == DataType::Bool && !info.cuda_exact_bool) value = "((" + value + ") != 0.0f ? 1.0f : 0.0f)";
-  return indent + "const float " + tensorLocal(out) + " = " + value + ";  // " + e->toString() + "\n";
+  return indent + "const float " + tensorLocal(out) + suffix + " = " + value + ";  // " + e->toString() + "\n";
 }
 
 std::string indexType(bool index64) { return index64 ? "long long" : "int"; }
@@ -360,22 +360,27 @@ std::string signature(const Analysis& a, const std::string& name_token, const st
   return os.str();
 }
 
-std::unordered_map<const TensorView*, std::string> emitOffsets(const Region& r, const IndexPlan& p,
-                                                               const std::string& flat, const std::string& prefix,
-                                                               const std::string& itype, const std::string& indent,
-                                                               std::ostringstream& os) {
-  std::unordered_map<const TensorView*, std::string> off;
+RegionIndexText emitRegionIndex(const Region& r, const IndexPlan& p, const std::string& flat, const std::string& prefix,
+                                const std::string& itype, const std::string& indent, std::ostringstream& os) {
+  RegionIndexText out;
   size_t n = p.dims.size();
-  // Only the coordinates some strided load uses; the decomposition stops at the outermost of them.
+  // Only the coordinates some strided load or some resize guard uses; the decomposition stops at
+  // the outermost of them.
   std::vector<bool> used(n, false);
   size_t outermost = n;
+  auto use = [&](size_t c) {
+    used[c] = true;
+    outermost = std::min(outermost, c);
+  };
   for (const TensorView* tv : r.loads) {
     if (p.linear.at(tv)) continue;
     for (size_t c = 0; c < n; ++c) {
-      if (p.strides.at(tv)[c] == 0) continue;
-      used[c] = true;
-      outermost = std::min(outermost, c);
+      if (p.strides.at(tv)[c] != 0) use(c);
     }
+  }
+  const std::vector<bool> resized = r.hasResize() ? resizedAxes(r) : std::vector<bool>(r.extents.size(), false);
+  for (size_t d = 0; d < resized.size(); ++d) {
+    if (resized[d]) use(static_cast<size_t>(p.group.at(d)));
   }
   std::vector<std::string> coord(n);
   if (outermost == 0 && n == 1) coord[0] = flat;
@@ -392,19 +397,45 @@ std::unordered_map<const TensorView*, std::string> emitOffsets(const Region& r, 
       if (c > outermost) os << indent << rem << " /= " << p.dims[c] << ";\n";
     }
   }
-  for (const TensorView* tv : r.loads) {
-    if (p.linear.at(tv)) {
-      off[tv] = flat;
-      continue;
-    }
-    std::string e;
-    const auto& s = p.strides.at(tv);
-    for (size_t c = 0; c < n; ++c) {
-      if (s[c] == 0) continue;
-      e += (e.empty() ? "" : " + ") + coord[c] + (s[c] == 1 ? "" : " * " + std::to_string(s[c]));
-    }
-    off[tv] = e.empty() ? "0" : e;
+  out.axis_coord.assign(r.extents.size(), "");
+  for (size_t d = 0; d < resized.size(); ++d) {
+    if (resized[d]) out.axis_coord[d] = coord[static_cast<size_t>(p.group[d])];
   }
+  for (const TensorView* tv : r.loads) {
+    const auto& s = p.strides.at(tv);
+    const auto& m = r.axis_map.at(tv);
+    for (int k : r.contextsOf(tv)) {
+      if (p.linear.at(tv)) {
+        out.offset[{tv, k}] = flat;
+        continue;
+      }
+      std::string e;
+      for (size_t c = 0; c < n; ++c) {
+        if (s[c] == 0) continue;
+        std::string x = coord[c];
+        // A resized axis is a group of its own: walked in this context (resize.cpp).
+        for (size_t i = 0; i < m.size(); ++i) {
+          const int d = m[i];
+          if (d >= 0 && p.group[static_cast<size_t>(d)] == static_cast<int>(c) && resized[static_cast<size_t>(d)]) {
+            x = walkedCoord(r.contexts[static_cast<size_t>(k)][static_cast<size_t>(d)], x);
+          }
+        }
+        e += (e.empty() ? "" : " + ") + x + (s[c] == 1 ? "" : " * " + std::to_string(s[c]));
+      }
+      out.offset[{tv, k}] = e.empty() ? "0" : e;
+    }
+  }
+  return out;
+}
+
+std::unordered_map<const TensorView*, std::string> emitOffsets(const Region& r, const IndexPlan& p,
+                                                               const std::string& flat, const std::string& prefix,
+                                                               const std::string& itype, const std::string& indent,
+                                                               std::ostringstream& os) {
+  MF_CHECK(!r.hasResize(), "codegen: a region with resize ops indexed without its contexts");
+  RegionIndexText text = emitRegionIndex(r, p, flat, prefix, itype, indent, os);
+  std::unordered_map<const TensorView*, std::string> off;
+  for (const TensorView* tv : r.loads) off[tv] = text.offset.at({tv, 0});
   return off;
 }
 
@@ -429,30 +460,36 @@ std::string timesText(const std::string& expr, int64_t n) {
 void emitGroupArrays(const Region& r, const IndexPlan& p, int64_t vec, int64_t unroll, const std::string& indent,
                      std::ostringstream& os) {
   for (const TensorView* tv : r.loads) {
-    if (isVectorLoad(p, vec, tv)) os << indent << arrayType(tv, vec) << " v" << tv->name() << "[" << unroll << "];\n";
-    else os << indent << "float x" << tv->name() << "[" << unroll << "];\n";
+    for (int k : r.contextsOf(tv)) {
+      const std::string name = std::to_string(tv->name()) + valueName(tv, k).substr(tensorLocal(tv).size());
+      if (isVectorLoad(p, vec, tv)) os << indent << arrayType(tv, vec) << " v" << name << "[" << unroll << "];\n";
+      else os << indent << "float x" << name << "[" << unroll << "];\n";
+    }
   }
 }
 
 void emitGroupLoads(const Region& r, const IndexPlan& p, int64_t vec, const std::string& flat, const std::string& itype,
                     const std::string& slot, const std::string& indent, std::ostringstream& os) {
-  auto off = emitOffsets(r, p, flat, "c", itype, indent, os);
+  RegionIndexText index = emitRegionIndex(r, p, flat, "c", itype, indent, os);
   for (const TensorView* tv : r.loads) {
-    const std::string name = std::to_string(tv->name());
-    if (isVectorLoad(p, vec, tv)) {
-      std::string arr = arrayType(tv, vec);
-      std::string src = "*reinterpret_cast<const " + arr + "*>(" + tensorParam(tv) + " + " + off.at(tv) + ")";
-      if (slot.empty()) os << indent << "const " << arr << " v" << name << " = " << src << ";\n";
-      else os << indent << "v" << name << slot << " = " << src << ";\n";
-      continue;
-    }
-    std::string src = loadExpr(tv->dtype(), tensorParam(tv) + "[" + off.at(tv) + "]");
-    if (slot.empty()) {
-      os << indent << "const float " << tensorLocal(tv) << " = " << src << ";"
-         << (vec > 1 ? "  // broadcast over the vector" : "") << "\n";
-    } else {
-      os << indent << "x" << name << slot << " = " << src << ";" << (vec > 1 ? "  // broadcast over the vector" : "")
-         << "\n";
+    for (int k : r.contextsOf(tv)) {
+      const std::string name = std::to_string(tv->name()) + valueName(tv, k).substr(tensorLocal(tv).size());
+      const std::string& off = index.offset.at({tv, k});
+      // Another context reads only where it is in bounds (its value elsewhere is never selected).
+      const std::string guard = guardText(loadGuards(r, tv, k), index.axis_coord);
+      if (isVectorLoad(p, vec, tv)) {
+        std::string arr = arrayType(tv, vec);
+        std::string src = "*reinterpret_cast<const " + arr + "*>(" + tensorParam(tv) + " + " + off + ")";
+        if (!guard.empty()) src = "(" + guard + ") ? " + src + " : " + arr + "{}";
+        if (slot.empty()) os << indent << "const " << arr << " v" << name << " = " << src << ";\n";
+        else os << indent << "v" << name << slot << " = " << src << ";\n";
+        continue;
+      }
+      std::string src = loadExpr(tv->dtype(), tensorParam(tv) + "[" + off + "]");
+      if (!guard.empty()) src = "(" + guard + ") ? " + src + " : 0.0f";
+      const char* note = vec > 1 ? "  // broadcast over the vector" : "";
+      if (slot.empty()) os << indent << "const float " << valueName(tv, k) << " = " << src << ";" << note << "\n";
+      else os << indent << "x" << name << slot << " = " << src << ";" << note << "\n";
     }
   }
 }
@@ -461,21 +498,35 @@ void emitGroupCompute(const Region& r, const IndexPlan& p, int64_t vec, const st
                       const std::string& slot, const std::string& indent, std::ostringstream& os,
                       const std::function<void(const std::string&)>& consume) {
   std::string bi = indent;
+  // The resize selects' guards: the group's coordinates (uniform over its vector: the scheduler
+  // keeps every resize boundary on a vector boundary).
+  std::vector<std::string> axis_coord;
+  if (r.hasResize()) {
+    axis_coord = emitRegionIndex(r, p, flat, "q", "auto", indent, os).axis_coord;  // the index type of `flat`
+  }
   if (vec > 1) {
     for (const TensorView* tv : r.stores) os << indent << arrayType(tv, vec) << " o" << tv->name() << ";\n";
     os << "#pragma unroll\n" << indent << "for (int k = 0; k < " << vec << "; ++k) {\n";
     bi = indent + "  ";
   }
   for (const TensorView* tv : r.loads) {
-    const std::string name = std::to_string(tv->name());
-    if (isVectorLoad(p, vec, tv)) {
-      os << bi << "const float " << tensorLocal(tv) << " = " << loadExpr(tv->dtype(), "v" + name + slot + ".v[k]")
-         << ";\n";
-    } else if (!slot.empty()) {
-      os << bi << "const float " << tensorLocal(tv) << " = x" << name << slot << ";\n";
+    for (int k : r.contextsOf(tv)) {
+      const std::string name = std::to_string(tv->name()) + valueName(tv, k).substr(tensorLocal(tv).size());
+      if (isVectorLoad(p, vec, tv)) {
+        os << bi << "const float " << valueName(tv, k) << " = " << loadExpr(tv->dtype(), "v" + name + slot + ".v[k]")
+           << ";\n";
+      } else if (!slot.empty()) {
+        os << bi << "const float " << valueName(tv, k) << " = x" << name << slot << ";\n";
+      }
     }
   }
-  for (const Expr* e : r.exprs) os << emitExpr(e, bi);
+  for (const Expr* e : r.exprs) {
+    const bool resize = opInfo(e->op()).cuda_resize != nullptr;
+    for (int k : r.contextsOf(e->out())) {
+      if (resize) os << emitResize(r, e, k, axis_coord, bi);
+      else os << emitExpr(e, bi, valueName(e->out(), k).substr(tensorLocal(e->out()).size()));
+    }
+  }
   if (consume) consume(bi);
   for (const TensorView* tv : r.stores) {
     std::string dst = vec == 1 ? tensorParam(tv) + "[" + flat + "]" : "o" + std::to_string(tv->name()) + ".v[k]";

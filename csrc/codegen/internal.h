@@ -17,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <sstream>
 #include <string>
 #include <unordered_map>
@@ -44,6 +45,30 @@ struct Analysis {
 bool analyzeSegment(const KernelSegment& segment, const std::vector<KernelTensorArg>& args, Analysis* a,
                     std::string* why);
 
+// Resize contexts (slice, pad, cat; codegen/resize.cpp). Upstream of a resize op a tensor is read
+// at other coordinates than the domain's: a context gives, per domain axis, the coordinate
+// `step * c + offset` (c: the domain coordinate) and the extent of the tensors computed in it.
+// Context 0 is the domain itself (step 1, offset 0, the domain extent). A tensor read through
+// both halves of rotate_half (slice, cat) is computed in three contexts: as is and shifted each way.
+struct AxisWalk {
+  int64_t step = 1, offset = 0, extent = 1;
+  bool operator==(const AxisWalk& o) const { return step == o.step && offset == o.offset && extent == o.extent; }
+};
+using Context = std::vector<AxisWalk>;  // per domain axis
+// lo <= step * c[axis] + offset < hi, over the domain coordinate c of `axis` (a bound that always
+// holds over the domain is dropped: lo = INT64_MIN or hi = INT64_MAX).
+struct Guard {
+  int axis = 0;
+  int64_t step = 1, offset = 0, lo = 0, hi = 0;
+};
+// How a resize op's output in one context takes its value: `input` in `context` where every guard
+// holds (the first such branch wins; past the last one, the op's fill value).
+struct ResizeBranch {
+  const TensorView* input = nullptr;
+  int context = 0;
+  std::vector<Guard> guards;
+};
+
 // An iteration domain: the non-1 extents of its anchor tensors, in order. For every tensor read or
 // written in the region, axis_map gives, per runtime axis of the tensor, the domain axis it walks
 // (-1: the axis has local extent 1 and is not walked).
@@ -53,6 +78,17 @@ struct Region {
   std::unordered_map<const TensorView*, std::vector<int>> axis_map;
   std::vector<const TensorView*> loads;                    // segment inputs read, first-use order
   std::vector<const TensorView*> stores;                   // segment outputs written, production order
+  // Resize ops (empty without): contexts[0] is the domain; value_contexts, per tensor computed or
+  // loaded in another context than 0 only or as well, its contexts (ascending); branches, per resize
+  // expr and context of its output, where that output's value comes from.
+  std::vector<Context> contexts;
+  std::unordered_map<const TensorView*, std::vector<int>> value_contexts;
+  std::map<std::pair<const Expr*, int>, std::vector<ResizeBranch>> branches;
+  bool hasResize() const { return !branches.empty(); }
+  std::vector<int> contextsOf(const TensorView* tv) const {
+    auto it = value_contexts.find(tv);
+    return it == value_contexts.end() ? std::vector<int>{0} : it->second;
+  }
   int64_t numel() const {
     int64_t n = 1;
     for (int64_t e : extents) n *= e;
@@ -80,11 +116,39 @@ std::vector<int> inputMap(const Analysis& a, const Expr* e, const TensorView* in
 // it broadcasts). `linear`: the tensor is contiguous over the whole domain (offset = flat index).
 struct IndexPlan {
   std::vector<int64_t> dims;
+  std::vector<int> group;  // per domain axis: its merged axis (an axis a resize shifts stays alone)
   std::unordered_map<const TensorView*, std::vector<int64_t>> strides;
   std::unordered_map<const TensorView*, bool> linear;
   int64_t max_offset = 0;  // largest element offset any loaded tensor reaches
 };
 IndexPlan planIndexing(const Analysis& a, const Region& r);
+
+// ---- resize ops (resize.cpp) ----
+// The name of tv's value in `context` ("t3" in context 0, "t3_c2").
+std::string valueName(const TensorView* tv, int context);
+// The map of resize expr e's tensor input `in` (which domain axis each of its axes walks): the
+// axes are those of the output, position for position; an axis of extent 1 walks none. False
+// (with why) where the input would be read at a fixed coordinate of a longer axis.
+bool resizeInputMap(const Analysis& a, const Expr* e, const TensorView* in, const std::vector<int>& out_map,
+                    std::vector<int>* m, std::string* why);
+// Resize expr `e` whose output is needed in `context`: its branches (added to r->branches) and the
+// (input, context) pairs they read, appended to *needs. Contexts are added to r->contexts.
+bool addResizeBranches(const Analysis& a, const Expr* e, const std::vector<int>& out_map, int context, Region* r,
+                       std::vector<std::pair<const TensorView*, int>>* needs, std::string* why);
+// The guards under which tv, loaded in `context`, is in bounds (empty: always).
+std::vector<Guard> loadGuards(const Region& r, const TensorView* tv, int context);
+// Domain axes that some context walks differently from the domain (they stay unmerged).
+std::vector<bool> resizedAxes(const Region& r);
+// Whether vectors of `vec` elements along the innermost domain axis stay inside one branch of
+// every resize and read contiguous, aligned elements in every context.
+bool resizeAllowsVector(const Region& r, int64_t vec);
+// `c` (a domain coordinate's text) walked as `w`.
+std::string walkedCoord(const AxisWalk& w, const std::string& c);
+// "lo <= x && x < hi" for the guards over the domain coordinates axis_coord (texts), or "".
+std::string guardText(const std::vector<Guard>& guards, const std::vector<std::string>& axis_coord);
+// "const float tN_cK = <select>;" for resize expr e's output in `context`.
+std::string emitResize(const Region& r, const Expr* e, int context, const std::vector<std::string>& axis_coord,
+                       const std::string& indent);
 
 enum class Kind { Pointwise, InnerReduction, OuterReduction, Normalization, Transpose };
 
@@ -192,8 +256,9 @@ std::string storeLane(const TensorView* tv, int64_t vec);
 void emitVectorStore(const TensorView* tv, int64_t vec, const std::string& dst, const std::string& indent,
                      std::ostringstream& os);
 std::string floatLiteral(double v);
-// "float t5 = <expr>;" lines for `e` (one per tensor output).
-std::string emitExpr(const Expr* e, const std::string& indent);
+// "float t5 = <expr>;" lines for `e` (one per tensor output); `suffix` names the context its
+// tensor operands and output are computed in (valueName).
+std::string emitExpr(const Expr* e, const std::string& indent, const std::string& suffix = "");
 // Substitutes operands for {0}, {1}, {2} in a registry expression.
 std::string fillTemplate(const char* pattern, const std::vector<std::string>& operands);
 std::string prelude();
@@ -210,6 +275,14 @@ std::string signature(const Analysis& a, const std::string& name_token, const st
 std::string indexType(bool index64);
 // Emits the decomposition of `flat` over plan.dims (only when some loaded tensor is not linear) and
 // returns each loaded tensor's offset expression.
+// The same for every context a load is read in, and the coordinate text of every domain axis a
+// resize shifts (axis_coord; "" elsewhere), for the guards.
+struct RegionIndexText {
+  std::vector<std::string> axis_coord;
+  std::map<std::pair<const TensorView*, int>, std::string> offset;
+};
+RegionIndexText emitRegionIndex(const Region& r, const IndexPlan& p, const std::string& flat, const std::string& prefix,
+                                const std::string& itype, const std::string& indent, std::ostringstream& os);
 std::unordered_map<const TensorView*, std::string> emitOffsets(const Region& r, const IndexPlan& p,
                                                                const std::string& flat, const std::string& prefix,
                                                                const std::string& itype, const std::string& indent,

@@ -142,6 +142,13 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
   const KernelSegment& seg = *a.segment;
   NormPlan& p = s->norm;
   s->kind = Kind::Normalization;
+  for (const Expr* e : seg.exprs) {
+    if (opInfo(e->op()).cuda_resize != nullptr) {
+      *why = str(e->toString(), ": the normalization kernel does not resize axes yet (slice, pad and cat are "
+                                "generated in pointwise kernels and reduction prologues)");
+      return false;
+    }
+  }
   // The domain: the first reduction's input; domain axes number the kept axes first, then the
   // reduced ones. Inner: x is [kept..., reduced...]; outer: [reduced..., kept...].
   const Expr* first = a.reductions.at(0);

@@ -38,10 +38,13 @@ std::vector<int> inputMap(const Analysis& a, const Expr* e, const TensorView* in
 
 namespace {
 
-bool setMap(const Analysis& a, Region* r, const TensorView* tv, const std::vector<int>& m, std::string* why) {
+// `context`: which extents tv's walked axes must have (resize.cpp; 0: the domain's).
+bool setMap(const Analysis& a, Region* r, const TensorView* tv, const std::vector<int>& m, std::string* why,
+            int context = 0) {
   const auto& shape = a.shape.at(tv);
+  const Context& c = r->contexts.at(static_cast<size_t>(context));
   for (size_t i = 0; i < m.size(); ++i) {
-    int64_t want = m[i] < 0 ? 1 : r->extents.at(static_cast<size_t>(m[i]));
+    int64_t want = m[i] < 0 ? 1 : c.at(static_cast<size_t>(m[i])).extent;
     if (shape[i] != want) {
       *why = str(tv->toString(), " axis ", i, " has local extent ", shape[i], " but walks a kernel axis of extent ", want);
       return false;
@@ -63,6 +66,15 @@ bool buildRegion(const Analysis& a, const std::vector<const Expr*>& exprs, const
                  const std::vector<const TensorView*>& anchors, const std::vector<const TensorView*>& stop,
                  const std::vector<const TensorView*>& forbidden, Region* r, std::string* why) {
   r->extents = extents;
+  r->contexts.assign(1, Context{});
+  for (int64_t e : extents) r->contexts[0].push_back(AxisWalk{1, 0, e});
+  // The contexts each tensor is needed in (resize.cpp); anchors and everything without a resize
+  // upstream of it: {0}.
+  std::unordered_map<const TensorView*, std::vector<int>> needed;
+  auto need = [&](const TensorView* tv, int context) {
+    auto& list = needed[tv];
+    if (std::find(list.begin(), list.end(), context) == list.end()) list.push_back(context);
+  };
   for (const TensorView* tv : anchors) {
     const auto& shape = a.shape.at(tv);
     std::vector<int> m(shape.size(), -1);
@@ -78,6 +90,7 @@ bool buildRegion(const Analysis& a, const std::vector<const Expr*>& exprs, const
       return false;
     }
     if (!setMap(a, r, tv, m, why)) return false;
+    need(tv, 0);
   }
   std::unordered_set<const Val*> stop_set(stop.begin(), stop.end());
   std::unordered_set<const Val*> forbidden_set(forbidden.begin(), forbidden.end());
@@ -88,6 +101,7 @@ bool buildRegion(const Analysis& a, const std::vector<const Expr*>& exprs, const
     if (om == r->axis_map.end()) continue;  // feeds nothing this region writes
     live.push_back(e);
     std::vector<int> out_map = om->second;
+    const std::vector<int> out_contexts = needed.at(e->out());
     for (const Val* v : e->inputs()) {
       if (!v->isTensor()) continue;
       const auto* in = static_cast<const TensorView*>(v);
@@ -97,7 +111,36 @@ bool buildRegion(const Analysis& a, const std::vector<const Expr*>& exprs, const
                    "result and segment inputs");
         return false;
       }
-      if (!setMap(a, r, in, inputMap(a, e, in, out_map), why)) return false;
+    }
+    std::vector<std::pair<const TensorView*, int>> needs;
+    if (opInfo(e->op()).cuda_resize != nullptr) {
+      for (int c : out_contexts) {
+        if (!addResizeBranches(a, e, out_map, c, r, &needs, why)) return false;
+      }
+    } else {
+      for (const Val* v : e->inputs()) {
+        if (!v->isTensor()) continue;
+        for (int c : out_contexts) needs.emplace_back(static_cast<const TensorView*>(v), c);
+      }
+    }
+    for (const auto& [in, c] : needs) {
+      std::vector<int> m;
+      if (opInfo(e->op()).cuda_resize != nullptr) {
+        if (!resizeInputMap(a, e, in, out_map, &m, why)) return false;
+      } else {
+        m = inputMap(a, e, in, out_map);
+      }
+      if (!setMap(a, r, in, m, why, c)) return false;
+      need(in, c);
+    }
+  }
+  for (auto& [tv, list] : needed) {
+    std::sort(list.begin(), list.end());
+    if (list != std::vector<int>{0}) r->value_contexts[tv] = list;
+    if (stop_set.count(tv) && list != std::vector<int>{0}) {
+      *why = str(tv->toString(), " is read at other coordinates (through a slice, pad or cat) where the kernel "
+                                 "only has it at its own");
+      return false;
     }
   }
   std::reverse(live.begin(), live.end());
@@ -109,6 +152,7 @@ bool buildRegion(const Analysis& a, const std::vector<const Expr*>& exprs, const
     for (const Val* v : e->inputs()) {
       if (!v->isTensor() || produced.count(v) || loaded.count(v) || stop_set.count(v)) continue;
       const auto* in = static_cast<const TensorView*>(v);
+      if (!r->axis_map.count(in)) continue;  // a resize branch no output coordinate takes
       if (!a.arg.count(in)) {
         *why = str(e->toString(), " reads ", in->toString(), ", which is computed outside this part of the kernel");
         return false;
@@ -147,10 +191,12 @@ IndexPlan planIndexing(const Analysis& a, const Region& r) {
     }
     dom[tv] = s;
   }
-  // Groups of adjacent domain axes; a group's stride is its innermost axis's stride.
+  // Groups of adjacent domain axes; a group's stride is its innermost axis's stride. An axis a
+  // resize shifts keeps a coordinate of its own (its guards and shifted offsets need it).
+  const std::vector<bool> resized = resizedAxes(r);
   std::vector<std::vector<size_t>> groups;
   for (size_t d = 0; d < n; ++d) {
-    bool merge = !groups.empty();
+    bool merge = !groups.empty() && !resized[d] && !resized[groups.back().back()];
     if (merge) {
       size_t prev = groups.back().back();
       for (const TensorView* tv : r.loads) {
@@ -160,9 +206,13 @@ IndexPlan planIndexing(const Analysis& a, const Region& r) {
     if (merge) groups.back().push_back(d);
     else groups.push_back({d});
   }
-  for (const auto& g : groups) {
+  p.group.assign(n, 0);
+  for (size_t k = 0; k < groups.size(); ++k) {
     int64_t e = 1;
-    for (size_t d : g) e *= r.extents[d];
+    for (size_t d : groups[k]) {
+      e *= r.extents[d];
+      p.group[d] = static_cast<int>(k);
+    }
     p.dims.push_back(e);
   }
   for (const TensorView* tv : r.loads) {
@@ -175,6 +225,14 @@ IndexPlan planIndexing(const Analysis& a, const Region& r) {
       if (s[c] != expect) linear = false;
       expect *= p.dims[c];
       reach += (p.dims[c] - 1) * s[c];
+    }
+    // Read in another context too: its own extents bound the offsets, and the flat index is not one.
+    if (r.value_contexts.count(tv)) {
+      linear = false;
+      const KernelTensorArg* arg = a.arg.at(tv);
+      int64_t own = 0;
+      for (size_t i = 0; i < arg->sizes.size(); ++i) own += std::max<int64_t>(arg->sizes[i] - 1, 0) * arg->strides[i];
+      reach = std::max(reach, own);
     }
     p.max_offset = std::max(p.max_offset, reach);
     p.strides[tv] = s;

@@ -95,7 +95,7 @@ int64_t chooseVectorWidth(const Analysis& a, const Region& r, const IndexPlan& p
       }
       if (a.arg.at(tv)->alignment_bytes < v * sizeInBytes(tv->dtype())) ok = false;
     }
-    if (ok) return v;
+    if (ok && resizeAllowsVector(r, v)) return v;
   }
   return 1;
 }
@@ -110,6 +110,7 @@ bool chooseTranspose(const Analysis& a, const CodegenOptions& o, Schedule* s) {
   // The tiles hold float compute values (paired float2 stores, 4 bytes each): a kernel computing in
   // double (double or integer tensors) stays pointwise, with strided loads but exact values.
   if (a.compute_double) return false;
+  if (s->main.hasResize()) return false;  // the tiles read every load in the domain's context only
   int64_t axis = -1;
   for (const TensorView* tv : s->main.loads) {
     const auto& st = p.strides.at(tv);
@@ -294,6 +295,11 @@ bool scheduleReduction(const Analysis& a, const CodegenOptions& o, Schedule* s, 
     }
   }
   if (!buildRegion(a, epilogue, non1(a.shape.at(y)), epi_anchors, {y}, forbidden, &s->epilogue, why)) return false;
+  if (s->epilogue.hasResize()) {
+    *why = str(red->toString(), ": a slice, pad or cat after the reduction; the reduction kernel's epilogue reads "
+                                "the result at its own coordinates only");
+    return false;
+  }
   s->main_index = planIndexing(a, s->main);
   s->epilogue_index = planIndexing(a, s->epilogue);
 

@@ -141,20 +141,21 @@ std::vector<OpInfo> buildTable() {
   slice.max_inputs = 1 + 2 * 64;  // x, then (start, end) per axis
   slice.regroups_axes = true;
   slice.cuda = nullptr;
-  slice.no_cuda = "slice runs on ATen (a view or a strided copy)";
+  slice.cuda_resize = &resizeSlice;
   t.push_back(slice);
   OpInfo pad = layout(OpType::Pad, "pad", kAttrPadWidths, &mapPad, "aten::constant_pad_nd", AtenArgs::Pad);
   pad.max_inputs = 2;  // x, fill value
   pad.regroups_axes = true;
   pad.cuda = nullptr;
-  pad.no_cuda = "pad runs on ATen (constant_pad_nd)";
+  pad.cuda_resize = &resizePad;
+  pad.resize_fill_input = 1;
   t.push_back(pad);
   OpInfo cat = layout(OpType::Cat, "cat", kAttrDims, &mapResized, "aten::cat", AtenArgs::Cat);
   cat.max_inputs = 1 << 16;
   cat.dtype_rule = D::Promote;
   cat.regroups_axes = true;
   cat.cuda = nullptr;
-  cat.no_cuda = "cat runs on ATen (one copy per operand)";
+  cat.cuda_resize = &resizeCat;
   t.push_back(cat);
   OpInfo stride_order =
       layout(OpType::StrideOrder, "stride_order", kNoAttrs, &mapRightAligned, nullptr, AtenArgs::StrideOrder);

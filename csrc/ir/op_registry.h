@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "ir/resize_map.h"
 #include "ir/types.h"
 
 namespace mf {
@@ -170,6 +171,13 @@ struct OpInfo {
   const char* cuda;
   const char* no_cuda;
   bool cuda_exact_bool;
+  // Resize ops (slice, pad, cat; `cuda` is then nullptr): generated as index arithmetic where
+  // their result is read, each output element taken from the input coordinate this rule gives
+  // (ir/resize_map.h) or the fill value. nullptr: not a resize op.
+  ResizeFn cuda_resize = nullptr;
+  // The operand a resize op yields where no tensor input covers the output coordinate (pad's fill
+  // value), or -1 (the inputs cover the whole output: slice, cat).
+  int resize_fill_input = -1;
   // int32 results (computed in double): a long long expression over the operands where the float
   // one can lose bits (a product past 2^53), so that the result wraps as PyTorch's int32
   // arithmetic does. nullptr: the float expression is exact for int32 operands.

@@ -1,0 +1,123 @@
+"""Runs a generated *pointwise* kernel on the CPU: its CUDA text compiled as C++ by g++ with a CPU
+prelude (the same helper names), every thread of a one-block launch run in turn. Pointwise kernels
+are grid-stride loops with no shared memory, barriers or warp shuffles, so one thread at a time
+computes exactly what the GPU does; bfloat16/half conversions are the prelude's integer forms
+(round to nearest even), bit-identical to the hardware's cvt.rn. This checks a kernel's index
+arithmetic (offsets, guards, vector lanes) against PyTorch without a GPU."""
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+
+import torch
+
+CPU_PRELUDE = r"""
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __restrict__ __restrict
+#define __launch_bounds__(...)
+struct mf_dim3 { unsigned x = 0, y = 0, z = 0; };
+static mf_dim3 threadIdx, blockIdx, blockDim, gridDim;
+typedef unsigned short mf_bf16;
+typedef unsigned short mf_half;
+typedef unsigned char mf_bool;
+template <typename T, int N>
+struct alignas(sizeof(T) * N) mf_array { T v[N]; };
+inline float __uint_as_float(unsigned int u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline float __int_as_float(int u) { float f; std::memcpy(&f, &u, 4); return f; }
+inline unsigned int __float_as_uint(float f) { unsigned int u; std::memcpy(&u, &f, 4); return u; }
+inline float mf_bf16_to_float(mf_bf16 x) { return __uint_as_float(((unsigned int)x) << 16); }
+inline mf_bf16 mf_float_to_bf16(float f) {
+  unsigned int u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (mf_bf16)0x7fffu;
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (mf_bf16)(u >> 16);
+}
+inline unsigned int mf_pack_bf16x2(float lo, float hi) {
+  return (unsigned int)mf_float_to_bf16(lo) | ((unsigned int)mf_float_to_bf16(hi) << 16);
+}
+inline float mf_max(float a, float b) { return (a != a || a > b) ? a : b; }
+inline float mf_min(float a, float b) { return (a != a || a < b) ? a : b; }
+inline float mf_relu(float x) { return (x != x || x > 0.0f) ? x : 0.0f; }
+inline float mf_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+inline float __expf(float x) { return expf(x); }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+"""
+
+DTYPE_BYTES = {torch.float32: 4, torch.bfloat16: 2, torch.float16: 2, torch.bool: 1}
+
+
+def available():
+    return shutil.which("g++") is not None
+
+
+def _kernel_text(source):
+    start = source.index('extern "C"')
+    return source[start:]
+
+
+def kernel_parameters(source):
+    """[(is_output, tensor number)] of a kernel's tensor parameters, in order ("const T* T3" is
+    input tensor T3; a pointer without const an output)."""
+    kernel = source[source.index('extern "C"'):]
+    sig = kernel[:kernel.index(") {")]
+    return [(m.group(1) is None, int(m.group(2))) for m in re.finditer(r"(const )?\w+\* __restrict__ T(\d+)", sig)]
+
+
+def run_pointwise(source, tensors, threads=64):
+    """Runs `source` (a pointwise kernel from fd.cuda_kernels) on CPU tensors: `tensors` maps the
+    number of each tensor parameter (T3 -> 3) to its tensor (inputs may be strided views; outputs
+    contiguous, filled in place). Scalar parameters are not supported."""
+    assert "mf_pointwise_" in source, "only pointwise kernels run on the CPU emulation"
+    vec = int(re.search(r"\(mf_count groups of (\d+) elements", source).group(1))
+    params = kernel_parameters(source)
+    outputs = [tensors[n] for is_out, n in params if is_out]
+    count = outputs[0].numel() // vec
+    name = re.search(r"(mf_pointwise_[0-9a-f]{16})\(", source).group(1)
+    lines = ["#include <cstdio>\n" + CPU_PRELUDE, _kernel_text(source), "int main(int argc, char** argv) {"]
+    pointers = []
+    ordered = [tensors[n] for _, n in params]
+    for i, t in enumerate(ordered):
+        storage = t.untyped_storage().nbytes()
+        lines.append(f"  static unsigned char buf{i}[{max(storage, 1)}] __attribute__((aligned(64)));")
+        lines.append(f"  FILE* f{i} = fopen(argv[{i + 1}], \"rb\"); fread(buf{i}, 1, {storage}, f{i}); fclose(f{i});")
+        ctype = {torch.float32: "float", torch.bfloat16: "mf_bf16", torch.float16: "mf_half",
+                 torch.bool: "mf_bool"}[t.dtype]
+        pointers.append(f"({ctype}*)(buf{i} + {t.storage_offset() * DTYPE_BYTES[t.dtype]})")
+    lines.append(f"  blockDim.x = {threads}; gridDim.x = 1;")
+    lines.append(f"  for (unsigned t = 0; t < {threads}; ++t) {{ threadIdx.x = t; {name}({', '.join(pointers)}, "
+                 f"{count}LL); }}")
+    for i, (is_out, _) in enumerate(params):
+        if is_out:
+            storage = ordered[i].untyped_storage().nbytes()
+            lines.append(f"  FILE* g{i} = fopen(argv[{i + 1}], \"wb\"); fwrite(buf{i}, 1, {storage}, g{i}); "
+                         f"fclose(g{i});")
+    lines.append("  return 0;\n}\n")
+    with tempfile.TemporaryDirectory() as d:
+        cpp = os.path.join(d, "k.cpp")
+        with open(cpp, "w") as f:
+            f.write("\n".join(lines))
+        exe = os.path.join(d, "k")
+        r = subprocess.run(["g++", "-O1", "-std=c++17", "-w", cpp, "-o", exe], capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 0, r.stderr[-4000:]
+        paths = []
+        for i, t in enumerate(ordered):
+            p = os.path.join(d, f"t{i}.bin")
+            raw = torch.empty(t.untyped_storage().nbytes(), dtype=torch.uint8)
+            raw.untyped_storage().copy_(t.untyped_storage())
+            raw.numpy().tofile(p)
+            paths.append(p)
+        r = subprocess.run([exe] + paths, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        for i, (is_out, _) in enumerate(params):
+            if is_out:
+                t = ordered[i]
+                data = torch.from_file(paths[i], size=t.untyped_storage().nbytes(), dtype=torch.uint8)
+                t.untyped_storage().copy_(data.untyped_storage())
+    return outputs
