@@ -563,8 +563,6 @@ def communications(profile):
     return communication_kinds([k.name for k in profile.kernel_profiles if k.scheduler == "communication"])
 
 
-
-
 def require_close(what, error, expected, torch_dtype):
     """Ends the example with an error when `error` (max |result - reference|) is larger than the
     dtype allows relative to the reference's magnitude: the examples double as checks (scripts/test
