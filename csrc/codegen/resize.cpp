@@ -160,8 +160,9 @@ bool resizeAllowsVector(const Region& r, int64_t vec) {
   if (r.extents.empty() || vec == 1) return true;
   const size_t inner = r.extents.size() - 1;
   auto aligned = [&](int64_t step, int64_t v) { return step == 1 && v % vec == 0; };
-  for (const Context& c : r.contexts) {
-    const AxisWalk& w = c[inner];
+  for (size_t k = 1; k < r.contexts.size(); ++k) {
+    const AxisWalk& w = r.contexts[k][inner];
+    if (w == r.contexts[0][inner]) continue;  // the domain's own walk (vectors may span merged axes)
     if (w.extent == 1 && w.step == 1 && w.offset == 0) continue;  // not walked: one value per vector
     if (!aligned(w.step, w.offset) || w.extent % vec != 0) return false;
   }
