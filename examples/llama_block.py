@@ -33,7 +33,9 @@ def main():
 
     comm = meshfuser.Communicator.instance()
     d, rank = comm.size(), comm.rank()
-    device = torch.device("cuda", comm.local_rank()) if torch.cuda.is_available() else torch.device("cpu")
+    # Ranks may share GPUs (CUDA tensors over Gloo, MESHFUSER_CUDA_BACKEND=gloo): wrap around them.
+    device = (torch.device("cuda", comm.local_rank() % torch.cuda.device_count()) if torch.cuda.is_available()
+              else torch.device("cpu"))
     torch_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     mesh = DeviceMesh(range(d))
     b, s, h, hd, ffn = args.batch, args.seq, args.heads_per_rank * d, args.head_dim, args.ffn_per_rank * d
@@ -55,6 +57,7 @@ def main():
         print(fd.host_program())
     print(f"rank {rank}/{d} {args.form}: output {tuple(out.shape)} on {device}, communications "
           f"{blocks.communications(prof.profile)}, max |error| vs PyTorch {error:.2e}")
+    blocks.require_close(f"rank {rank} output", error, expected, torch_dtype)
 
 
 if __name__ == "__main__":

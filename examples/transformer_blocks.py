@@ -413,3 +413,13 @@ def communications(profile):
     return communication_kinds([k.name for k in profile.kernel_profiles if k.scheduler == "communication"])
 
 
+
+
+def require_close(what, error, expected, torch_dtype):
+    """Ends the example with an error when `error` (max |result - reference|) is larger than the
+    dtype allows relative to the reference's magnitude: the examples double as checks (scripts/test
+    runs them on ranks sharing a GPU)."""
+    relative = 1e-3 if torch_dtype == torch.float32 else 5e-2  # bfloat16 keeps 8 bits of mantissa
+    limit = relative * max(1.0, expected.abs().max().item())
+    if not error <= limit:
+        raise SystemExit(f"{what}: max |error| {error:.3e} exceeds {limit:.3e}")
