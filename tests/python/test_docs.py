@@ -58,3 +58,12 @@ def test_block_runs_on_two_processes(code, tmp_path):
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--standalone",
                           str(script)], env=_env(), capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, f"{code}\n--- stdout\n{run.stdout}\n--- stderr\n{run.stderr[-4000:]}"
+
+
+def test_every_pass_has_its_test_file():
+    # CONTRIBUTING: one text-test file per pass, tests/cpp/passes/test_<pass>.cpp.
+    passes = [os.path.splitext(os.path.basename(p))[0] for p in glob.glob(os.path.join(ROOT, "csrc", "passes", "*.cpp"))]
+    passes = [p for p in passes if p != "pipeline"]
+    assert "sum_partials" in passes, passes
+    missing = [p for p in passes if not os.path.exists(os.path.join(ROOT, "tests", "cpp", "passes", f"test_{p}.cpp"))]
+    assert missing == [], missing
