@@ -3,8 +3,8 @@ its activations (save=True), the backward definition reads them, and every gradi
 PyTorch autograd, with grouped-query attention (2 query heads per key/value head, each rank holding
 whole groups). TP: forward two Allreduces; backward two, each after summing partials (gate + up,
 then q + k + v, the sum_partials pass), as Megatron's. SP: the backward mirrors the forward (an
-Allgather of the gradient before each row-parallel linear's backward, a ReduceScatter of each
-column-parallel input gradient) plus an Allreduce of each RMSNorm weight gradient."""
+Allgather of the gradient before each row-parallel linear's backward, one ReduceScatter of each
+column-parallel part's summed input gradients) plus an Allreduce of each RMSNorm weight gradient."""
 import pathlib
 import sys
 
@@ -80,10 +80,9 @@ def test_llama_block_forward_then_backward_from_saved_activations(multidevice_te
         for c in comms:
             assert c.bytes_sent == 2 * (d - 1) * activation // d, _bytes(comms)
     else:
-        # MLP: gather dy, reduce-scatter the gate and up input gradients; attention: gather d_res0,
-        # reduce-scatter the q, k and v ones; then the two RMSNorm weight gradients.
-        assert kinds == (["Allgather"] + ["ReduceScatter"] * 2 + ["Allgather"] + ["ReduceScatter"] * 3
-                         + ["Allreduce"] * 2), kinds
+        # MLP: gather dy, reduce-scatter gate + up input gradients; attention: gather d_res0,
+        # reduce-scatter q + k + v ones (summed first); then the two RMSNorm weight gradients.
+        assert kinds == ["Allgather", "ReduceScatter"] * 2 + ["Allreduce"] * 2, kinds
         for c, kind in zip(comms, kinds):
             if kind != "Allreduce":  # a gather receives, a scatter sends, (d-1)/d of an activation
                 assert (c.bytes_received if kind == "Allgather" else c.bytes_sent) == (d - 1) * activation // d
