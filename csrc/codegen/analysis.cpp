@@ -44,6 +44,23 @@ bool outputShape(const Analysis& a, const Expr* e, std::vector<int64_t>* out, st
   auto ids = tv->logicalNoReductions();
   std::vector<int64_t> no_reduction = nonReductionPositions(tv);
   out->assign(ids.size(), -1);
+  if (info.cuda_keeps_flat_order) {  // a reshape: its local extents are its own, not its input's
+    int64_t in_numel = 1, out_numel = 1;
+    for (int64_t n : a.shape.at(static_cast<const TensorView*>(e->input(0)))) in_numel *= n;
+    for (size_t o = 0; o < ids.size(); ++o) {
+      if (!ids[o]->extent().isConst()) {
+        *why = str(e->toString(), ": output axis ", o, " has a symbolic extent");
+        return false;
+      }
+      (*out)[o] = ids[o]->extent().value / shardsPerAxis(tv)[o];
+      out_numel *= (*out)[o];
+    }
+    if (in_numel != out_numel) {
+      *why = str(e->toString(), ": the local shapes of its input and output hold different numbers of elements");
+      return false;
+    }
+    return true;
+  }
   for (size_t i = 0; i < e->inputs().size(); ++i) {
     if (!e->input(i)->isTensor()) continue;
     const auto* in = static_cast<const TensorView*>(e->input(i));
@@ -54,7 +71,7 @@ bool outputShape(const Analysis& a, const Expr* e, std::vector<int64_t>* out, st
       bool reduced = p2c[p] >= 0 && c < 0;
       if (c < 0) {
         // A resize (slice, pad, cat) maps its resized axes nowhere: their extent is the output's own.
-        if (s[p] != 1 && !reduced && info.cuda_resize == nullptr) {
+        if (s[p] != 1 && !reduced && info.cuda_resize == nullptr && !info.cuda_keeps_flat_order) {
           *why = str(e->toString(), ": drops axis ", p, " of ", in->toString(), ", which has local extent ", s[p]);
           return false;
         }
@@ -101,7 +118,7 @@ bool checkOp(const Expr* e, std::string* why) {
       *why = str(e->toString(), ": ", integer_why);
       return false;
     }
-    if (!tv->root().empty()) {
+    if (!tv->root().empty() && !info.cuda_keeps_flat_order) {
       *why = str(e->toString(), ": output ", tv->toString(),
                  " has a root domain (an rfactor partial or a reshape), which the CUDA generator does not support");
       return false;

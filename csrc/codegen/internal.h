@@ -104,6 +104,10 @@ struct Region {
 // Per rootOrLogical axis of tv: its index among the non-reduction axes, or -1 for a reduction.
 std::vector<int64_t> nonReductionPositions(const TensorView* tv);
 
+// The tensor whose shape an anchor walks: a reshape's input for a reshape output (reshapes keep the
+// row-major order, so the output is stored at the flat index of its input's domain), else itself.
+const TensorView* domainTensor(const Analysis& a, const TensorView* tv);
+
 bool buildRegion(const Analysis& a, const std::vector<const Expr*>& exprs, const std::vector<int64_t>& extents,
                  const std::vector<const TensorView*>& anchors, const std::vector<const TensorView*>& stop,
                  const std::vector<const TensorView*>& forbidden, Region* r, std::string* why);

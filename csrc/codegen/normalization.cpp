@@ -139,9 +139,9 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
   NormPlan& p = s->norm;
   s->kind = Kind::Normalization;
   for (const Expr* e : seg.exprs) {
-    if (opInfo(e->op()).cuda_resize != nullptr) {
-      *why = str(e->toString(), ": the normalization kernel does not resize axes yet (slice, pad and cat are "
-                                "generated in pointwise kernels and reduction prologues)");
+    if (opInfo(e->op()).cuda_resize != nullptr || opInfo(e->op()).cuda_keeps_flat_order) {
+      *why = str(e->toString(), ": the normalization kernel does not resize or reshape axes yet (slice, pad, cat "
+                                "and reshape are generated in pointwise kernels)");
       return false;
     }
   }

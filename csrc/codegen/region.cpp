@@ -62,6 +62,12 @@ bool setMap(const Analysis& a, Region* r, const TensorView* tv, const std::vecto
 
 }  // namespace
 
+const TensorView* domainTensor(const Analysis& a, const TensorView* tv) {
+  auto it = a.producer.find(tv);
+  if (it == a.producer.end() || !opInfo(it->second->op()).cuda_keeps_flat_order) return tv;
+  return static_cast<const TensorView*>(it->second->input(0));
+}
+
 bool buildRegion(const Analysis& a, const std::vector<const Expr*>& exprs, const std::vector<int64_t>& extents,
                  const std::vector<const TensorView*>& anchors, const std::vector<const TensorView*>& stop,
                  const std::vector<const TensorView*>& forbidden, Region* r, std::string* why) {
@@ -75,7 +81,12 @@ bool buildRegion(const Analysis& a, const std::vector<const Expr*>& exprs, const
     auto& list = needed[tv];
     if (std::find(list.begin(), list.end(), context) == list.end()) list.push_back(context);
   };
-  for (const TensorView* tv : anchors) {
+  // A reshape keeps the row-major order: its output, an anchor, is stored at the domain's flat
+  // index, and its input walks the domain in its place.
+  std::unordered_set<const TensorView*> flat_anchors;
+  for (const TensorView* anchor : anchors) {
+    const TensorView* tv = domainTensor(a, anchor);
+    if (tv != anchor) flat_anchors.insert(anchor);
     const auto& shape = a.shape.at(tv);
     std::vector<int> m(shape.size(), -1);
     std::vector<int64_t> non1;
@@ -98,7 +109,21 @@ bool buildRegion(const Analysis& a, const std::vector<const Expr*>& exprs, const
   for (auto it = exprs.rbegin(); it != exprs.rend(); ++it) {
     const Expr* e = *it;
     auto om = r->axis_map.find(e->out());
+    if (flat_anchors.count(e->out())) {  // its input was mapped as an anchor
+      if (om != r->axis_map.end()) {
+        *why = str(e->toString(), ": a reshape is generated only as a kernel output (here another op of the kernel "
+                                  "reads it too)");
+        return false;
+      }
+      live.push_back(e);
+      continue;
+    }
     if (om == r->axis_map.end()) continue;  // feeds nothing this region writes
+    if (opInfo(e->op()).cuda_keeps_flat_order) {
+      *why = str(e->toString(), ": a reshape is generated only as a kernel output whose input walks the kernel's "
+                                "domain (here another op of the kernel reads it)");
+      return false;
+    }
     live.push_back(e);
     std::vector<int> out_map = om->second;
     const std::vector<int> out_contexts = needed.at(e->out());

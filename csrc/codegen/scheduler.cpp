@@ -117,6 +117,9 @@ bool chooseTranspose(const Analysis& a, const CodegenOptions& o, Schedule* s) {
   // double (double or integer tensors) stays pointwise, with strided loads but exact values.
   if (a.compute_double) return false;
   if (s->main.hasResize()) return false;  // the tiles read every load in the domain's context only
+  for (const Expr* e : s->main.exprs) {
+    if (opInfo(e->op()).cuda_keeps_flat_order) return false;  // a reshape output: stored by flat index
+  }
   int64_t axis = -1;
   for (const TensorView* tv : s->main.loads) {
     const auto& st = p.strides.at(tv);
@@ -191,7 +194,8 @@ bool schedulePointwise(const Analysis& a, const CodegenOptions& o, Schedule* s, 
   const KernelSegment& seg = *a.segment;
   s->kind = Kind::Pointwise;
   std::vector<const TensorView*> anchors(seg.outputs.begin(), seg.outputs.end());
-  if (!buildRegion(a, seg.exprs, non1(a.shape.at(seg.outputs[0])), anchors, {}, {}, &s->main, why)) return false;
+  const auto& domain_shape = a.shape.at(domainTensor(a, seg.outputs[0]));
+  if (!buildRegion(a, seg.exprs, non1(domain_shape), anchors, {}, {}, &s->main, why)) return false;
   s->main_index = planIndexing(a, s->main);
   if (chooseTranspose(a, o, s)) return true;
   const PointwiseParams& pp = s->pointwise = PointwiseParams::forDevice(o.device);

@@ -132,8 +132,7 @@ std::vector<OpInfo> buildTable() {
   }
   OpInfo reshape = layout(OpType::Reshape, "reshape", kAttrShape, &mapReshape, "aten::reshape", AtenArgs::LocalShape);
   reshape.regroups_axes = true;
-  reshape.cuda = nullptr;
-  reshape.no_cuda = "reshape is not supported by the CUDA generator (it needs a view or a copy; ATen runs it)";
+  reshape.cuda_keeps_flat_order = true;  // cuda "{0}": generated only as a kernel output (codegen/region.cpp)
   t.push_back(reshape);
   // Slice, pad and cat resize axes: an axis whose extent changes (or that a pad shifts) maps to
   // nothing, so a device split on it is gathered first; the other axes pass their splits through.

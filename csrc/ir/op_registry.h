@@ -175,6 +175,9 @@ struct OpInfo {
   // their result is read, each output element taken from the input coordinate this rule gives
   // (ir/resize_map.h) or the fill value. nullptr: not a resize op.
   ResizeFn cuda_resize = nullptr;
+  // reshape: the row-major order of the elements is unchanged, so a generated kernel computes it
+  // as an output stored at the flat index of its input's domain (its input walks the domain).
+  bool cuda_keeps_flat_order = false;
   // The operand a resize op yields where no tensor input covers the output coordinate (pad's fill
   // value), or -1 (the inputs cover the whole output: slice, cat).
   int resize_fill_input = -1;

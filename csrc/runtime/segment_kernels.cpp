@@ -163,9 +163,22 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
       p.why_not = "only views (ATen returns them without moving data)";
       p.views_only = true;
     }
+    // Layout ops only, some of which ATen may view (a reshape of a contiguous tensor): ATen runs
+    // them first, and where every output is a view of its input no kernel copies them.
+    bool evaluated = false;
+    if (!p.views_only && std::all_of(p.exprs.begin(), p.exprs.end(),
+                                     [](const Expr* e) { return opInfo(e->op()).kind == OpKind::Layout; })) {
+      eval(p.exprs, values);
+      evaluated = true;
+      if (onlyAliases(p.segment, values)) {
+        p.kernel.reset();
+        p.why_not = "only views of its inputs (ATen moved no data)";
+        p.views_only = true;
+      }
+    }
     const bool launched = do_launch && p.kernel && launch(p, *p.kernel, values, scalar);
     if (!launched) {
-      eval(p.exprs, values);
+      if (!evaluated) eval(p.exprs, values);
       // As a kernel would have left them (e.g. on meta tensors): the next piece plans on these.
       if (p.kernel) {
         for (const TensorView* out : p.segment.outputs) values[out] = values.at(out).contiguous();

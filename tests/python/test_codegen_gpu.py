@@ -434,3 +434,132 @@ def test_integer_pointwise_with_comparison_and_where():
     assert [k.scheduler for k in prof.profile.kernel_profiles] == ["pointwise"]
     torch.testing.assert_close(result[0].cpu(), reference[0], rtol=0, atol=0)
     torch.testing.assert_close(result[1].cpu(), reference[1], rtol=1.3e-6, atol=1e-5, equal_nan=True)
+
+
+# ---- slice, pad and cat computed in generated kernels (codegen/resize.cpp), against PyTorch ----
+RESIZE_DTYPES = {torch.float32: DataType.Float, torch.bfloat16: DataType.BFloat16}
+
+
+def resize_tol(dtype):
+    return {torch.float32: 1e-5, torch.bfloat16: 1.6e-2}[dtype]
+
+
+def rotate_half_fd(fd, t, shape):
+    *lead, hd = shape
+    first = fd.ops.slice(t, [0] * len(shape), [*lead, hd // 2])
+    second = fd.ops.slice(t, [0] * (len(shape) - 1) + [hd // 2], [*lead, hd])
+    return fd.ops.cat([fd.ops.neg(second), first], len(shape) - 1)
+
+
+def rotate_half_torch(t):
+    half = t.shape[-1] // 2
+    return torch.cat([-t[..., half:], t[..., :half]], dim=-1)
+
+
+def run_generated(fd, inputs):
+    """The fusion on CUDA tensors, with the schedulers of its segments."""
+    with meshfuser.Profiler() as prof:
+        out = fd.execute([t.cuda() for t in inputs])
+    return out, [k.scheduler for k in prof.profile.kernel_profiles]
+
+
+@pytest.mark.parametrize("dtype", list(RESIZE_DTYPES))
+@pytest.mark.parametrize("b,s,h,hd", [(2, 128, 8, 128), (1, 77, 3, 64), (1, 5, 2, 6), (1, 33, 4, 80)])
+def test_rope_rotate_half_is_one_kernel(dtype, b, s, h, hd):
+    torch.manual_seed(0)
+    q, cos, sin = torch.randn(b, s, h * hd, dtype=dtype), torch.randn(s, hd, dtype=dtype), torch.randn(s, hd, dtype=dtype)
+    with FusionDefinition() as fd:
+        tq = fd.define_tensor([b, s, h * hd], dtype=RESIZE_DTYPES[dtype])
+        tc = fd.define_tensor([s, hd], dtype=RESIZE_DTYPES[dtype])
+        ts = fd.define_tensor([s, hd], dtype=RESIZE_DTYPES[dtype])
+        t = fd.ops.permute(fd.ops.reshape(tq, [b, s, h, hd]), [0, 2, 1, 3])
+        out = fd.ops.add(fd.ops.mul(t, tc), fd.ops.mul(rotate_half_fd(fd, t, [b, h, s, hd]), ts))
+        fd.add_output(fd.ops.cast(out, RESIZE_DTYPES[dtype]))
+    (result,), schedulers = run_generated(fd, [q, cos, sin])
+    assert schedulers == ["expr_eval", "pointwise"], schedulers  # the reshape is an ATen view
+    tf = q.float().view(b, s, h, hd).transpose(1, 2)
+    expected = (tf * cos.float() + rotate_half_torch(tf) * sin.float()).to(dtype)
+    tol = resize_tol(dtype)
+    torch.testing.assert_close(result.cpu(), expected, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", list(RESIZE_DTYPES))
+@pytest.mark.parametrize("axis", [0, 1, 2])
+@pytest.mark.parametrize("extents", [(8, 16), (3, 5, 8), (64, 64, 128)])
+def test_cat_of_two_or_three_inputs(dtype, axis, extents):
+    torch.manual_seed(0)
+    shapes = [[4, 6, 8][:axis] + [e] + [4, 6, 8][axis + 1:] for e in extents]
+    with FusionDefinition() as fd:
+        xs = [fd.define_tensor(shape, dtype=RESIZE_DTYPES[dtype]) for shape in shapes]
+        fd.add_output(fd.ops.cast(fd.ops.mul(fd.ops.cat([fd.ops.exp(x) for x in xs], axis), 2.0), RESIZE_DTYPES[dtype]))
+    ins = [torch.randn(shape, dtype=dtype) for shape in shapes]
+    (result,), schedulers = run_generated(fd, ins)
+    assert schedulers == ["pointwise"], schedulers
+    expected = (torch.cat([x.float().exp() for x in ins], axis) * 2.0).to(dtype)
+    torch.testing.assert_close(result.cpu(), expected, rtol=resize_tol(dtype), atol=resize_tol(dtype))
+
+
+@pytest.mark.parametrize("dtype", list(RESIZE_DTYPES))
+@pytest.mark.parametrize("widths", [[2, 3], [0, 0, 1, 1], [-2, 3, 1, -1], [8, 8], [-8, 0], [64, -64]])
+def test_pad_and_negative_pad(dtype, widths):
+    torch.manual_seed(0)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([6, 256], dtype=RESIZE_DTYPES[dtype])
+        fd.add_output(fd.ops.cast(fd.ops.add(fd.ops.pad(fd.ops.neg(x), widths, 1.5), 1.0), RESIZE_DTYPES[dtype]))
+    ins = [torch.randn(6, 256, dtype=dtype)]
+    (result,), schedulers = run_generated(fd, ins)
+    assert schedulers == ["pointwise"], schedulers
+    expected = (torch.nn.functional.pad(-ins[0].float(), widths, value=1.5) + 1.0).to(dtype)
+    torch.testing.assert_close(result.cpu(), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", list(RESIZE_DTYPES))
+@pytest.mark.parametrize("starts,ends,steps", [([0, 3], [5, 190], [1, 1]), ([1, 0], [6, 256], [2, 3]),
+                                               ([0, 64], [6, 256], [1, 8]), ([2, 128], [4, 256], [1, 1])])
+def test_slice_with_steps(dtype, starts, ends, steps):
+    torch.manual_seed(0)
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([6, 256], dtype=RESIZE_DTYPES[dtype])
+        fd.add_output(fd.ops.relu(fd.ops.slice(x, starts, ends, steps)))
+    ins = [torch.randn(6, 256, dtype=dtype)]
+    (result,), schedulers = run_generated(fd, ins)
+    assert schedulers == ["pointwise"], schedulers
+    expected = ins[0][starts[0]:ends[0]:steps[0], starts[1]:ends[1]:steps[1]].relu()
+    torch.testing.assert_close(result.cpu(), expected, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dtype", list(RESIZE_DTYPES))
+def test_rms_norm_then_rope(dtype):
+    # Llama: RMSNorm over the hidden size, the heads viewed and moved ahead, then RoPE; and an
+    # RMSNorm over each head (q/k norm) right before the rotation.
+    torch.manual_seed(0)
+    b, s, h, hd = 2, 64, 4, 128
+    x, w = torch.randn(b, s, h * hd, dtype=dtype), torch.randn(h * hd, dtype=dtype)
+    cos, sin = torch.randn(s, hd, dtype=dtype), torch.randn(s, hd, dtype=dtype)
+    dt = RESIZE_DTYPES[dtype]
+
+    def rms(fd, t, axis, extent):
+        ms = fd.ops.mul(fd.ops.sum(fd.ops.mul(t, t), [axis], keepdim=True), 1.0 / extent)
+        return fd.ops.mul(t, fd.ops.rsqrt(fd.ops.add(ms, 1e-6)))
+
+    with FusionDefinition() as fd:
+        tx, tw = fd.define_tensor([b, s, h * hd], dtype=dt), fd.define_tensor([h * hd], dtype=dt)
+        tc, ts = fd.define_tensor([s, hd], dtype=dt), fd.define_tensor([s, hd], dtype=dt)
+        normed = fd.ops.cast(fd.ops.mul(rms(fd, fd.ops.cast(tx, DataType.Float), 2, h * hd), tw), dt)
+        t = fd.ops.permute(fd.ops.reshape(normed, [b, s, h, hd]), [0, 2, 1, 3])
+        t = rms(fd, t, 3, hd)
+        rope = fd.ops.add(fd.ops.mul(t, tc), fd.ops.mul(rotate_half_fd(fd, t, [b, h, s, hd]), ts))
+        fd.add_output(fd.ops.cast(rope, dt))
+    (result,), schedulers = run_generated(fd, [x, w, cos, sin])
+    # Generated kernels only, but for the reshape (an ATen view): the normalization kernel does not
+    # resize yet, so the head norm and the rotation are a normalization and a pointwise kernel.
+    assert schedulers.count("expr_eval") == 1 and set(schedulers) == {"normalization", "expr_eval", "pointwise"}, schedulers
+
+    def rms_ref(t):
+        return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6)
+
+    n = (rms_ref(x.float()) * w.float()).to(dtype).float().view(b, s, h, hd).transpose(1, 2)
+    n = rms_ref(n)
+    expected = (n * cos.float() + rotate_half_torch(n) * sin.float()).to(dtype)
+    tol = 2e-5 if dtype == torch.float32 else 3.2e-2
+    torch.testing.assert_close(result.cpu(), expected, rtol=tol, atol=tol)

@@ -238,3 +238,85 @@ def test_a_chain_of_cat_pad_and_strided_slice(dtype):
     expected = F.pad(torch.cat([x.float() for x in ins], 1), [-8, 8, 1, 0], value=0.5).exp()[0:5:2, 0:48:3].to(dtype)
     _, out = emulate(fd, ins, expected.shape, dtype)
     torch.testing.assert_close(out, expected, rtol=1e-6, atol=0)
+
+
+# ---- reshape as a kernel output (the row-major order is kept: stored at the flat index) ----
+@needs_gxx
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_merging_the_heads_is_a_generated_copy(dtype):
+    # attention's [b, h, s, hd] -> [b, s, h*hd]: ATen's reshape of the permuted view copies; the
+    # generated kernel reads the heads in place and writes the merged layout.
+    torch.manual_seed(0)
+    b, h, s, hd = 2, 3, 5, 16
+    with FusionDefinition() as fd:
+        attn = fd.define_tensor([b, h, s, hd], dtype=DTYPES[dtype])
+        fd.add_output(fd.ops.reshape(fd.ops.permute(attn, [0, 2, 1, 3]), [b, s, h * hd]))
+    ins = [torch.randn(b, h, s, hd, dtype=dtype)]
+    _, out = emulate(fd, ins, (b, s, h * hd), dtype)
+    torch.testing.assert_close(out, ins[0].transpose(1, 2).reshape(b, s, h * hd), rtol=0, atol=0)
+
+
+@needs_gxx
+def test_rope_in_the_projection_layout_with_its_flat_copy():
+    # The Llama block's RoPE on [b, s, heads, hd] with [s, 1, hd] tables, also saved flat [b, s, e].
+    torch.manual_seed(0)
+    b, s, h, hd = 1, 6, 2, 8
+    with FusionDefinition() as fd:
+        q = fd.define_tensor([b, s, h, hd])
+        cos = fd.define_tensor([s, 1, hd])
+        sin = fd.define_tensor([s, 1, hd])
+        rot = fd.ops.add(fd.ops.mul(q, cos), fd.ops.mul(rotate_half(fd, q, [b, s, h, hd]), sin))
+        fd.add_output(rot)
+        fd.add_output(fd.ops.reshape(rot, [b, s, h * hd]))
+    ins = [torch.randn(b, s, h, hd), torch.randn(s, 1, hd), torch.randn(s, 1, hd)]
+    (src,) = fd.cuda_kernels(ins)
+    outs = [n for is_out, n in cuda_emulation.kernel_parameters(src) if is_out]
+    tensors = dict(enumerate(ins))
+    tensors[outs[0]], tensors[outs[1]] = torch.empty(b, s, h, hd), torch.empty(b, s, h * hd)
+    rot_out, flat_out = cuda_emulation.run_pointwise(src, tensors)
+    half = hd // 2
+    expected = ins[0] * ins[1] + torch.cat([-ins[0][..., half:], ins[0][..., :half]], -1) * ins[2]
+    torch.testing.assert_close(rot_out, expected, rtol=0, atol=0)
+    torch.testing.assert_close(flat_out, expected.reshape(b, s, h * hd), rtol=0, atol=0)
+
+
+def test_a_reshape_ATen_can_view_stays_a_view():
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([2, 6, 32])
+        fd.add_output(fd.ops.exp(fd.ops.permute(fd.ops.reshape(x, [2, 6, 4, 8]), [0, 2, 1, 3])))
+    # The reshape of the contiguous input is a view (no kernel); the exp reads it in place.
+    assert [scheduler_of(s) for s in fd.cuda_kernels([torch.randn(2, 6, 32)])] == ["pointwise"]
+
+
+BLOCKS_SCRIPT = r"""
+import sys, torch
+sys.path.insert(0, "examples")
+import transformer_blocks as blocks
+from meshfuser import FusionDefinition, DataType
+b, s, h, hd, ffn = 1, 16, 4, 8, 64
+for name in ("gpt", "llama"):
+    fd = FusionDefinition()
+    with fd:
+        if name == "llama":
+            blocks.define_llama_forward(fd, b, s, h, hd, ffn, DataType.BFloat16, kv_heads=2)
+            full = blocks.llama_parameters(b, s, h * hd, hd, ffn, seed=0, dtype=torch.bfloat16, kv_heads=2)
+            ins = blocks.llama_forward_inputs(full.pop("x"), full)
+        else:
+            blocks.define_gpt_forward(fd, b, s, h, hd, DataType.BFloat16)
+            full = blocks.gpt_parameters(b, s, h * hd, seed=0, dtype=torch.bfloat16)
+            ins = blocks.gpt_forward_inputs(full.pop("x"), full)
+    print("BLOCK", name, "KERNELS", len(fd.cuda_kernels(ins)))
+"""
+
+
+def test_transformer_blocks_leave_only_gemms_and_attention_to_aten():
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "MASTER_ADDR", "RANK", "WORLD_SIZE")}
+    env["MESHFUSER_DUMP"] = "fallback"
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, "-c", BLOCKS_SCRIPT], capture_output=True, text=True, env=env, timeout=300,
+                       cwd=root)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.count("BLOCK") == 2, r.stdout
+    fallbacks = [l for l in r.stdout.splitlines() if "runs on the ATen evaluator" in l]
+    others = [l for l in fallbacks if not re.search(r"= (linear|matmul|sdpfa_fwd)\(", l.split(": ", 1)[1])]
+    assert not others, "\n".join(others)
