@@ -104,6 +104,9 @@ std::vector<at::Tensor> evaluateMoeOp(const Expr* e, const std::vector<RuntimeVa
     }
     case AtenArgs::DimIndex: return {callAten(info.aten, {x, a.dim, index(1)})};
     case AtenArgs::DimIndexSrc: return {callAten(info.aten, {x, a.dim, index(1), in[2].tensor})};
+    case AtenArgs::ScatterReduce:
+      return {callAten(info.aten, {x, a.dim, index(1), in[2].tensor,
+                                   std::string(toString(static_cast<ScatterReduction>(a.count))), a.stable})};
     case AtenArgs::Cumsum: return {callAten(info.aten, {x, a.dim, toAten(a.dtype)})};
     case AtenArgs::Bincount: return {bincount(e, x)};
     default: MF_THROW_INTERNAL(info.name, " is not a mixture-of-experts op");

@@ -23,6 +23,13 @@ Decisions:
 * Outputs get no annotation at all: meshfuser's propagation chooses their mesh and sharding (a mesh
   without a split would mean "replicated" to meshfuser and force Allgathers).
 * `compile(...)(*dtensors)` returns the single output DTensor, or a tuple when there are several.
+* Expert parallelism (`compile(define, expert_parallel="ep")`, a mesh dim name or index): a DTensor
+  with `Shard(0)` on that mesh dim (tokens split over the data-parallel ranks, expert weights split
+  on their expert axis) is a rank-local input: the definition sees this rank's block (define it with
+  -1 or the block's extents), and `fd.ops.all_to_all_dispatch(tokens, counts)` exchanges along that
+  mesh dim (`fd.expert_mesh`, `fd.expert_axis`). Outputs are `Shard(0)` on it (rank-local rows or
+  experts, stacked in rank order), or `Partial()` for the indices in `partial_outputs` (a
+  replicated parameter's gradient from this rank's tokens: its share of the sum).
 """
 from . import _C
 from ._C import ParallelType
@@ -179,9 +186,11 @@ def _key(inputs, placements):
 class CompiledFunction:
     """The result of `compile(define_fn)`: call it with DTensors (and Python scalars)."""
 
-    def __init__(self, define_fn, overlap=None):
+    def __init__(self, define_fn, overlap=None, expert_parallel=None, partial_outputs=()):
         self._define_fn = define_fn
         self._overlap = overlap
+        self._expert_parallel = expert_parallel
+        self._partial_outputs = set(partial_outputs)
         FusionDefinition(overlap=overlap)  # unknown modes raise here, not at the first call
         self._cache = {}
         self.__doc__ = getattr(define_fn, "__doc__", None)
@@ -202,18 +211,27 @@ class CompiledFunction:
         _check_inputs(inputs, "meshfuser.dtensor.compile")
         inputs = _resolve_partials(inputs)
         placements = [_normalized(i, t) if _is_dtensor(t) else None for i, t in enumerate(inputs)]
+        expert_dim = None if self._expert_parallel is None else _expert_mesh_dim(inputs, self._expert_parallel)
+        local_inputs = [] if expert_dim is None else _rank_local_inputs(inputs, placements, expert_dim)
         key = _key(inputs, placements)
         fd = self._cache.get(key)
         if fd is None:
-            fd = self._build(inputs, placements)
+            fd = self._build(inputs, placements, expert_dim, local_inputs)
             self._cache[key] = fd
-        outputs = fd.execute(inputs)
+        if expert_dim is None:
+            outputs = fd.execute(inputs)
+        else:
+            outputs = _execute_expert_parallel(fd, inputs, local_inputs, expert_dim, self._partial_outputs)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
-    def _build(self, inputs, placements):
+    def _build(self, inputs, placements, expert_dim=None, local_inputs=()):
         fd = FusionDefinition(overlap=self._overlap)
         # A define_tensor without a dtype takes its input's (bf16 DTensors need no dtype= in the definition).
         fd._input_dtypes = [_data_type(t.dtype) if pl is not None else None for t, pl in zip(inputs, placements)]
+        if expert_dim is not None:
+            torch_mesh = next(t.device_mesh for t in inputs if _is_dtensor(t))
+            fd.expert_mesh = DeviceMesh(torch_mesh.mesh)
+            fd.expert_axis = _parallel_type(expert_dim, torch_mesh.ndim)
         with fd:
             self._define_fn(fd)
         fusion = fd.fusion
@@ -221,6 +239,7 @@ class CompiledFunction:
             raise _C.ArgumentError(
                 f"{self.__name__}: the definition has {fusion.num_inputs()} inputs; got {len(inputs)}")
         meshes = {}
+        Replicate = _torch()[3]
         for i, (t, pl) in enumerate(zip(inputs, placements)):
             if pl is None:
                 if fusion.input_is_tensor(i):
@@ -231,10 +250,16 @@ class CompiledFunction:
             tv = fusion.input(i)
             if tv.ndim != t.ndim:
                 raise _C.ArgumentError(f"input {i}: the definition has {tv.ndim} dims; the DTensor has {t.ndim}")
-            for axis, (want, got) in enumerate(zip(tv.shape, t.shape)):
+            local = i in local_inputs
+            if local:  # rank-local: the definition sees this rank's block along the expert mesh dim
+                pl = [Replicate() if mesh_dim == expert_dim else p for mesh_dim, p in enumerate(pl)]
+            shape = list(t.shape)
+            if local:
+                shape[0] //= t.device_mesh.size(expert_dim)
+            for axis, (want, got) in enumerate(zip(tv.shape, shape)):
                 if want != -1 and want != got:
-                    raise _C.ArgumentError(
-                        f"input {i}: axis {axis} is defined with extent {want}; the DTensor's global extent is {got}")
+                    what = "this rank's block of the DTensor has extent" if local else "the DTensor's global extent is"
+                    raise _C.ArgumentError(f"input {i}: axis {axis} is defined with extent {want}; {what} {got}")
             ranks = _mesh_ranks(t.device_mesh)
             if ranks not in meshes:
                 meshes[ranks] = DeviceMesh(t.device_mesh.mesh)
@@ -251,7 +276,7 @@ class CompiledFunction:
         return fd
 
 
-def compile(define_fn, backward=None, num_outputs=1, overlap=None):
+def compile(define_fn, backward=None, num_outputs=1, overlap=None, expert_parallel=None, partial_outputs=()):
     """`define_fn(fd)` defines a single-device fusion (global shapes, -1 allowed). The result, called
     with DTensors, builds (once per meshes, placements, dtypes and global shapes) and runs a sharded
     definition, returning DTensors. `overlap` ("auto", "ring", "chunked" or None) overlaps the
@@ -259,11 +284,84 @@ def compile(define_fn, backward=None, num_outputs=1, overlap=None):
 
     With `backward=define_backward`, the result is differentiable by torch.autograd: the forward's
     first `num_outputs` outputs are returned, the rest saved for the backward definition (see
-    meshfuser.dtensor_autograd for the input and output conventions)."""
+    meshfuser.dtensor_autograd for the input and output conventions).
+
+    `expert_parallel` (a mesh dim name or index) makes inputs with Shard(0) on that mesh dim
+    rank-local and the outputs Shard(0) on it, except `partial_outputs` (indices), which are
+    Partial() (see the module docstring)."""
     if backward is None:
-        return CompiledFunction(define_fn, overlap)
+        return CompiledFunction(define_fn, overlap, expert_parallel, partial_outputs)
+    if expert_parallel is not None:
+        raise _C.ArgumentError("compile: expert_parallel takes a definition computing its gradients itself "
+                               "(one training definition), not backward=")
     from .dtensor_autograd import TrainableFunction
     return TrainableFunction(CompiledFunction(define_fn, overlap), CompiledFunction(backward, overlap), num_outputs)
+
+
+# -- expert parallelism ---------------------------------------------------------------------------
+
+def _expert_mesh_dim(inputs, expert_parallel):
+    """The index of the expert-parallel mesh dim (a name or an index) on the inputs' torch mesh."""
+    torch_mesh = next(t.device_mesh for t in inputs if _is_dtensor(t))
+    names = torch_mesh.mesh_dim_names or ()
+    if isinstance(expert_parallel, str):
+        if expert_parallel not in names:
+            raise _C.ArgumentError(f"compile: expert_parallel={expert_parallel!r} is not a mesh dim name of the "
+                                   f"inputs' mesh (names {list(names)})")
+        return names.index(expert_parallel)
+    if not 0 <= int(expert_parallel) < torch_mesh.ndim:
+        raise _C.ArgumentError(f"compile: expert_parallel={expert_parallel} is not a mesh dim of the inputs' "
+                               f"{torch_mesh.ndim}-D mesh")
+    return int(expert_parallel)
+
+
+def _rank_local_inputs(inputs, placements, expert_dim):
+    """Indices of the DTensor inputs split on the expert mesh dim (Shard(0) only)."""
+    _, _, Shard, _, _ = _torch()
+    local = set()
+    for i, pl in enumerate(placements):
+        if pl is None:
+            continue
+        p = pl[expert_dim]
+        if isinstance(p, Shard):
+            if p.dim != 0:
+                raise _C.ArgumentError(
+                    f"input {i}: Shard({p.dim}) on the expert-parallel mesh dim {expert_dim}; rank-local inputs "
+                    f"are split on their first axis (tokens, or the expert axis of expert weights)")
+            local.add(i)
+    return local
+
+
+def _execute_expert_parallel(fd, inputs, local_inputs, expert_dim, partial_outputs):
+    """Runs fd on the local tensors; outputs are Shard(0) (or Partial()) on the expert mesh dim and
+    keep the other mesh dims' shardings."""
+    torch, DTensor, Shard, Replicate, Partial = _torch()
+    torch_mesh = next(t.device_mesh for t in inputs if _is_dtensor(t))
+    locals_ = [t.to_local() if _is_dtensor(t) else t for t in inputs]
+    outputs = fd._handle.execute(locals_)
+    shardings = fd.get_output_shardings()
+    k = torch_mesh.ndim
+    wrapped = []
+    for index, (local, sharding) in enumerate(zip(outputs, shardings)):
+        placements, shape = [], list(local.shape)
+        for mesh_dim in range(k):
+            axis = sharding.axis_sharded_on(_parallel_type(mesh_dim, k))
+            if mesh_dim == expert_dim:
+                placements.append(Partial() if index in partial_outputs else Shard(0))
+                if index not in partial_outputs:
+                    shape[0] *= torch_mesh.size(mesh_dim)
+            elif axis >= 0:
+                placements.append(Shard(axis))
+                shape[axis] *= torch_mesh.size(mesh_dim)
+            else:
+                placements.append(Replicate())
+        stride, acc = [0] * len(shape), 1
+        for a in range(len(shape) - 1, -1, -1):
+            stride[a] = acc
+            acc *= shape[a]
+        wrapped.append(DTensor.from_local(local, torch_mesh, placements, run_check=False, shape=tuple(shape),
+                                          stride=tuple(stride)))
+    return wrapped
 
 
 # -- 2. fd.execute with DTensors ---------------------------------------------------------------------
