@@ -231,6 +231,7 @@ def make_params(cfg, ep, device, seed=0):
 
 def main():
     import meshfuser
+    from transformer_blocks import require_close
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--tp", type=int, default=1, help="tensor-parallel ranks inside each expert group")
     parser.add_argument("--tokens", type=int, default=16, help="tokens per expert group")
@@ -239,7 +240,9 @@ def main():
     args = parser.parse_args()
     comm = meshfuser.Communicator.instance()
     world, rank = comm.size(), comm.rank()
-    device = torch.device("cuda", comm.local_rank()) if torch.cuda.is_available() else torch.device("cpu")
+    # Ranks may share GPUs (CUDA tensors over Gloo, MESHFUSER_CUDA_BACKEND=gloo): wrap around them.
+    device = (torch.device("cuda", comm.local_rank() % torch.cuda.device_count()) if torch.cuda.is_available()
+              else torch.device("cpu"))
     cfg = MoeConfig(tokens=args.tokens, experts=args.experts, topk=args.topk,
                     dtype=torch.bfloat16 if device.type == "cuda" else torch.float32)
     mesh = make_mesh(world, args.tp)
@@ -255,7 +258,9 @@ def main():
     y_ref = torch_moe(ref, cfg.topk)
     y_ref.backward(grad_y)
     group = rank // args.tp
-    errors = [(outs[0].float() - y_ref.detach().chunk(ep)[group].float()).abs().max().item()]
+    want_y = y_ref.detach().chunk(ep)[group]
+    errors = [(outs[0].float() - want_y.float()).abs().max().item()]
+    require_close(f"rank {rank} output", errors[0], want_y, cfg.dtype)
     expected = local_inputs({k: v.grad for k, v in ref.items()}, cfg, mesh, rank)
     # Router and shared-expert gradients are this group's tokens' share: summed over the expert
     # groups (the ranks of one tp coordinate), as data-parallel training does.
@@ -268,6 +273,7 @@ def main():
             got = got.clone()
             torch.distributed.all_reduce(got, group=columns[rank % args.tp])
         grad_errors.append((got.float() - want.float()).abs().max().item())
+        require_close(f"rank {rank} gradient of {name}", grad_errors[-1], want, cfg.dtype)
     if rank == 0:
         print(fd.host_program())
     print(f"rank {rank}: max |error| vs PyTorch {max(errors):.3e}")

@@ -168,7 +168,8 @@ bool participates(const TensorView* tv, int64_t rank) { return !tv->hasMesh() ||
 // An expert-parallel exchange (ir/ops_exchange.cpp) as one communication over its mesh axis. Its
 // operands and results are rank-local rows: a device split on any of them is a user error here.
 Communication lowerExchange(HostProgram& hp, Expr* e, int64_t rank) {
-  const char* op = opInfo(e->op()).name;
+  // Named as the user wrote it (the counts' exchange is part of all_to_all_dispatch).
+  const char* op = e->op() == OpType::AllToAllCombine ? "all_to_all_combine" : "all_to_all_dispatch";
   Communication c;
   c.pt = static_cast<ParallelType>(e->attrs().dim);
   c.input = static_cast<TensorView*>(e->input(0));
