@@ -162,7 +162,8 @@ bool chooseTranspose(const Analysis& a, const CodegenOptions& o, Schedule* s) {
   }
   // Static shared memory: the float tiles (lanes_b vec x tile_a) of every transposed load, within the cap.
   auto tile_bytes = [&] {
-    return static_cast<int64_t>(s->transposed.size()) * tp.lanes_b * s->vec * tp.tile_a * static_cast<int64_t>(sizeof(float));
+    const int64_t loads = static_cast<int64_t>(s->transposed.size());
+    return loads * tp.lanes_b * s->vec * tp.tile_a * static_cast<int64_t>(sizeof(float));
   };
   while (s->vec > 1 && tile_bytes() > tp.tile_bytes_cap) s->vec /= 2;
   if (tile_bytes() > tp.tile_bytes_cap) {
@@ -197,7 +198,7 @@ bool schedulePointwise(const Analysis& a, const CodegenOptions& o, Schedule* s, 
   int64_t groups = s->main.numel() / s->vec;
   s->count = groups;
   int64_t block = groups <= pp.small_groups_per_sm * pp.sm_count ? pp.small_block : pp.large_block;
-  block = floorPow2(std::max<int64_t>(32, std::min(block, pp.max_threads_per_block)));
+  block = floorPow2(std::max(pp.warp, std::min(block, pp.max_threads_per_block)));
   s->launch.block_x = block;
   s->launch.grid_x = gridFor(groups, block, block, pp.sm_count, pp.threads_per_sm);
   int64_t threads = s->launch.grid_x * block;
