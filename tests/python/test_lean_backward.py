@@ -8,8 +8,10 @@ Two independent checks: the GPU plan, walked on meta tensors (fd.cuda_kernels, n
 every piece on ATen is a GEMM, attention or views; and a CPU run under torch.profiler: no
 aten::copy_ at all (the one exception: grouped-query attention repeats the key/value heads for the
 kernel, inside the attention op)."""
+import os
 import pathlib
 import re
+import subprocess
 import sys
 
 import pytest
@@ -97,3 +99,28 @@ def test_backward_on_cpu_copies_nothing(block):
             continue  # the key/value heads repeated for grouped-query attention
         copies.append((event.input_shapes[0], outer[:3]))
     assert copies == [], copies
+
+
+FALLBACK_SCRIPT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import test_lean_backward as t
+from meshfuser import DataType
+inputs, definition = t.BLOCKS[sys.argv[2]][0]()
+saved = t.blocks.GPT_SAVED if sys.argv[2] == "gpt" else t.blocks.LLAMA_SAVED
+t._gpu_plan(definition(DataType.BFloat16), inputs, 1 + saved.index("lse"))
+"""
+
+
+@pytest.mark.parametrize("block", sorted(BLOCKS))
+def test_fallback_dump_lists_only_gemms_attention_and_rope_cat(block):
+    """MESHFUSER_DUMP=fallback on the backward's GPU plan: the GEMMs and attention (library kernels,
+    by design), RoPE's cat for the Llama block, and no reshape or permute (views are not fallbacks)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "MASTER_ADDR", "RANK", "WORLD_SIZE")}
+    env["MESHFUSER_DUMP"] = "fallback"  # read once per process: a fresh one
+    run = subprocess.run([sys.executable, "-c", FALLBACK_SCRIPT, str(pathlib.Path(__file__).parent), block],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    lines = [line for line in (run.stdout + run.stderr).splitlines() if "runs on the ATen evaluator" in line]
+    ops = {re.search(r"= (\w+)\(", line).group(1) for line in lines}
+    assert lines and ops <= {"matmul", "sdpfa_bwd"} | ({"cat"} if block == "llama" else set()), lines
