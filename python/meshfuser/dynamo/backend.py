@@ -14,6 +14,7 @@ from torch._functorch.aot_autograd import make_boxed_func
 
 from .aten_ops import DECOMPOSE, aten
 from .attention import flash_first, prepare_attention
+from .attention_masks import attention_as_meant
 from .partition import partition
 
 
@@ -141,6 +142,7 @@ class PerShape:
 def backend(gm: fx.GraphModule, example_inputs):
     """torch.compile(model, backend="meshfuser") or backend=meshfuser.dynamo.backend."""
     from .dtensor_program import has_dtensors, compile_dtensor_graph
+    gm = attention_as_meant(gm)
     if has_dtensors(gm, example_inputs):
         return compile_dtensor_graph(gm, example_inputs)
     if _symbolic(example_inputs):
