@@ -97,6 +97,19 @@ def test_mask_letting_everything_through_is_dropped():
     assert on_aten == [] and CPU_ATTENTION in ran
 
 
+def test_padding_mask_from_an_input_stays_on_aten():
+    def padded_causal(q, pad):
+        return _bool_causal(q) & pad[:, None, None, :]
+
+    torch.manual_seed(0)
+    pad = torch.ones(2, 8, dtype=torch.bool)
+    pad[1, 6:] = False
+    _ran, on_aten = _run(Attention(padded_causal), torch.randn(2, 8, 32), pad)
+    reasons = dict(on_aten)
+    assert reasons[CPU_ATTENTION] == "attention with an explicit mask (meshfuser takes is_causal only)"
+    assert reasons[CPU_ATTENTION + "_backward"] == "attention with an explicit mask (meshfuser takes is_causal only)"
+
+
 def test_mask_kind():
     causal = torch.ones(4, 4, dtype=torch.bool).tril()
     assert mask_kind(causal, 4, 4) == "causal"

@@ -1,0 +1,57 @@
+"""What the backend's Llama decoder-layer programs would run on a GPU, planned on meta tensors (no
+GPU needed): one attention and the seven projections' GEMMs per direction, no program output that
+is a copy of a view, and ATen outside GEMMs and attention only for the ops the CUDA generator does
+not take yet (reshape, slice, cat, pad, an int64 cast), at most as many as today."""
+import collections
+
+import pytest
+import torch
+
+import meshfuser.dynamo
+from meshfuser.dynamo.gpu_plan import aten_work, copied_outputs, gpu_pieces
+from meshfuser.testing import llama_decoder_layer
+
+# Upper bounds: what ATen runs per program outside GEMMs, attention and views. Lower is better
+# (a generated slice/cat/pad kernel lowers them); a higher count is a regression.
+FORWARD_ATEN = {"reshape": 4, "slice": 4, "cat": 3, "cast": 1}
+BACKWARD_ATEN = {"reshape": 4, "slice": 4, "pad": 4}
+
+
+@pytest.fixture(scope="module")
+def llama_programs():
+    pytest.importorskip("transformers", reason="transformers is not installed (./scripts/setup installs it)")
+    from transformers import LlamaConfig
+    torch._dynamo.reset()
+    meshfuser.dynamo.clear_reports()
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
+                         num_hidden_layers=1)
+    config._attn_implementation = "sdpa"
+    x = torch.randn(1, 64, 64, requires_grad=True)
+    torch.compile(llama_decoder_layer(config), backend="meshfuser", dynamic=False)(x).sum().backward()
+    programs = {r.title: r.programs for r in meshfuser.dynamo.reports()}
+    torch._dynamo.reset()
+    return programs
+
+
+@pytest.mark.parametrize("title,gemms,allowed", [("forward", 7, FORWARD_ATEN), ("backward", 14, BACKWARD_ATEN)])
+def test_llama_layer_gpu_plan(llama_programs, title, gemms, allowed):
+    (program,) = llama_programs[title]
+    pieces = gpu_pieces(program)
+    kinds = collections.Counter(p.kind for p in pieces)
+    assert kinds["gemm"] == gemms          # q, k, v, o, gate, up, down (and their weight gradients)
+    assert kinds["attention"] == 1
+    assert kinds["generated"] > 0
+    work = aten_work(pieces)
+    assert set(work) <= set(allowed), work
+    assert all(work[op] <= allowed[op] for op in work), work
+    # A weight gradient leaves its GEMM as it is (the transpose the graph applies runs on ATen as a
+    # view); the heads of v saved for the backward are not copied.
+    assert copied_outputs(program) == []
+
+
+def test_backward_has_no_transposed_pointwise_kernel(llama_programs):
+    """A weight gradient's transpose used to join the SiLU backward's kernel, which then ran with the
+    transpose scheduler and wrote the gradient transposed (a copy)."""
+    (program,) = llama_programs["backward"]
+    assert not [p for p in gpu_pieces(program) if p.kind == "generated" and "transpose" in p.why]
