@@ -200,13 +200,21 @@ def test_views_and_in_place_ops_as_eager():
 
 
 def test_views_saved_for_backward_stay_views():
-    """The transposed weights the forward saves for the backward are ATen views, not copies."""
-    torch.manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16))
-    run_both(mlp, torch.randn(4, 16))
-    forward = meshfuser.dynamo.reports()[0]
-    assert forward.title == "forward" and not forward.eager
-    assert [op for _n, op, _r in forward.views] == ["t", "t"]
+    """Saving every intermediate (recompute=False), the transposed weights the forward saves for
+    the backward are ATen views, not copies; with recomputation (the default) the backward reads
+    the weights themselves and the forward saves no transposed weight."""
+    from meshfuser.dynamo.gpu_plan import copied_outputs
+    for recompute, views in ((False, ["t", "t"]), (True, [])):
+        torch._dynamo.reset()
+        meshfuser.dynamo.clear_reports()
+        torch.manual_seed(0)
+        mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16))
+        x = torch.randn(4, 16, requires_grad=True)
+        torch.compile(mlp, backend="meshfuser", options={"recompute": recompute})(x).sum().backward()
+        forward = meshfuser.dynamo.reports()[0]
+        assert forward.title == "forward" and not forward.eager
+        assert [op for _n, op, _r in forward.views] == views
+        assert copied_outputs(forward.programs[0]) == []
 
 
 def test_partition_report_is_readable():
