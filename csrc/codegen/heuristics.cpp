@@ -36,6 +36,7 @@ VectorParams vectorParams(const DeviceLimits& d) {
 PointwiseParams PointwiseParams::forDevice(const DeviceLimits& d) {
   PointwiseParams p;
   p.vector = vectorParams(d);
+  p.warp = d.warp_size;
   p.threads_per_sm = d.max_threads_per_sm;
   p.sm_count = d.sm_count;
   p.max_threads_per_block = d.max_threads_per_block;
@@ -54,6 +55,7 @@ ReductionParams ReductionParams::forDevice(const DeviceLimits& d) {
   p.vector = vectorParams(d);
   p.warp = d.warp_size;
   p.warps_per_block = std::max<int64_t>(1, std::min(p.warps_per_block, d.max_threads_per_block / d.warp_size));
+  p.many_rows_block = std::min(p.many_rows_block, floorPow2(d.max_threads_per_block));
   p.few_rows_max_block = d.max_threads_per_block;
   p.outer_block_few_tiles = d.max_threads_per_block;
   p.outer_block = std::min(p.outer_block, d.max_threads_per_block);
@@ -77,7 +79,12 @@ NormalizationParams NormalizationParams::forDevice(const DeviceLimits& d) {
   NormalizationParams p;
   p.vector = vectorParams(d);
   p.warp = d.warp_size;
-  p.max_row_threads = std::min(p.max_row_threads, d.max_threads_per_block);
+  // Blocks within the device's: every block size below is a power of two at most max_threads_per_block.
+  const int64_t max_block = floorPow2(d.max_threads_per_block);
+  p.max_row_threads = std::min(p.max_row_threads, max_block);
+  p.min_row_threads = std::min(p.min_row_threads, p.max_row_threads);
+  p.warp_mode_block = std::min(p.warp_mode_block, max_block);
+  p.outer_block_y = std::max<int64_t>(1, std::min(p.outer_block_y, max_block / p.outer_block_x));
   p.registers_per_sm = d.registers_per_sm;
   p.can_stage = d.hasCpAsync();
   const int64_t per_block = d.shared_mem_per_sm / kStagedBlocksPerSm - 2 * d.reserved_shared_mem_per_block;
@@ -95,7 +102,8 @@ std::string NormalizationParams::toString() const {
              " elements; warp mode up to ", warp * groups_per_lane, " vectors per row (", warp_mode_block,
              " threads per block); block mode ", min_row_threads, "..", max_row_threads, " threads, ",
              groups_per_thread, " groups per thread; persistent within ", kept_registers_per_thread,
-             " registers and ", max_unrolled_elements, " elements per thread; resident blocks for <= ",
+             " registers and ", max_unrolled_elements, " elements per thread; resident blocks for >= ",
+             resident_blocks_min_threads, " threads with <= ",
              small_row_bytes, " row bytes per thread: ", registers_per_sm, " registers / (threads x ",
              registers_for_two_blocks, "); staged rows ", can_stage ? str("<= ", staged_bytes_per_block, " bytes") : "off",
              ", grid one wave of ", threads_per_sm, " threads per SM; outer ", outer_block_x, " x ", outer_block_y,
@@ -106,6 +114,7 @@ TransposeParams TransposeParams::forDevice(const DeviceLimits& d) {
   TransposeParams p;
   p.vector = vectorParams(d);
   p.block_x = d.warp_size;
+  p.block_y = std::max<int64_t>(1, std::min(p.block_y, floorPow2(d.max_threads_per_block) / p.block_x));
   p.tile_a = 2 * p.block_x;
   p.lanes_b = p.block_x / 2;
   const int64_t threads = p.block_x * p.block_y;

@@ -28,6 +28,7 @@ struct PointwiseParams {
   int64_t large_block = 256;
   int64_t small_groups_per_sm = 128;  // at most this many groups per SM take the small block
   int64_t unroll = 4;                 // vector groups per thread per loop step (loops of 2 and 1 follow)
+  int64_t warp = 32;                  // the smallest block
   int64_t threads_per_sm = 2048;      // resident threads per SM: the grid is one wave of them
   int64_t sm_count = 132;
   int64_t max_threads_per_block = 1024;
@@ -70,8 +71,10 @@ struct NormalizationParams {
   int64_t max_row_threads = 512;
   int64_t kept_registers_per_thread = 64;  // persistent: registers holding raw row data or cached values
   int64_t max_unrolled_elements = 32;      // persistent: iters x vec at most this
-  // 512+-thread blocks holding at most this many bytes of row data per thread ask ptxas for as
-  // many resident blocks as registers_per_sm / (threads * registers_for_two_blocks) allow.
+  // Blocks of resident_blocks_min_threads+ threads holding at most small_row_bytes of row data per
+  // thread ask ptxas for as many resident blocks as registers_per_sm / (threads *
+  // registers_for_two_blocks) allow.
+  int64_t resident_blocks_min_threads = 512;
   int64_t small_row_bytes = 64;
   int64_t registers_for_two_blocks = 64;
   int64_t registers_per_sm = 65536;

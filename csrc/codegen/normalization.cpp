@@ -430,7 +430,7 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
   // reductions' barriers (one 512-thread block per SM left LayerNorm at 16384 columns at 55% of
   // copy: 66 registers).
   const int64_t threads = l.block_x * l.block_y;
-  if (p.persistent && threads >= 512 && p.iters * kept_bytes <= np.small_row_bytes) {
+  if (p.persistent && threads >= np.resident_blocks_min_threads && p.iters * kept_bytes <= np.small_row_bytes) {
     l.min_blocks = std::max<int64_t>(
         1, std::min(np.registers_per_sm / (threads * np.registers_for_two_blocks), np.threads_per_sm / threads));
   }

@@ -197,7 +197,7 @@ bool schedulePointwise(const Analysis& a, const CodegenOptions& o, Schedule* s, 
   int64_t groups = s->main.numel() / s->vec;
   s->count = groups;
   int64_t block = groups <= pp.small_groups_per_sm * pp.sm_count ? pp.small_block : pp.large_block;
-  block = floorPow2(std::max<int64_t>(32, std::min(block, pp.max_threads_per_block)));
+  block = floorPow2(std::max(pp.warp, std::min(block, pp.max_threads_per_block)));
   s->launch.block_x = block;
   s->launch.grid_x = gridFor(groups, block, block, pp.sm_count, pp.threads_per_sm);
   int64_t threads = s->launch.grid_x * block;

@@ -177,6 +177,14 @@ def test_transpose_tiles_follow_the_shared_memory_per_sm():
         assert _launch(src) == ("256", "4")
 
 
+def test_every_block_fits_the_device_block_limit():
+    # No device since sm_20 limits blocks below 1024 threads, but the schedulers must not assume
+    # it: with smaller limits every kernel's __launch_bounds__ (its block) stays within them.
+    for max_threads in (256, 64):
+        for label, src in kernel_corpus.corpus(arch="sm_90", device_limits={"max_threads_per_block": max_threads}):
+            assert int(_launch(src)[0]) <= max_threads, (max_threads, label)
+
+
 HEURISTICS_SCRIPT = r"""
 import torch
 from meshfuser import FusionDefinition
@@ -212,14 +220,15 @@ def test_sm90_corpus_text_is_unchanged():
 
 
 @pytest.mark.timeout(1800)  # ~190 kernels per architecture, nvcc -c: 10-60 s each on a loaded machine
-@pytest.mark.parametrize("arch", ARCHS)
-def test_corpus_compiles_with_nvcc(arch, tmp_path):
+@pytest.mark.parametrize("arch,overrides", [(a, {}) for a in ARCHS] + [("sm_90", {"max_threads_per_block": 64})],
+                         ids=ARCHS + ["sm_90_blocks_of_64"])
+def test_corpus_compiles_with_nvcc(arch, overrides, tmp_path):
     nvcc = _nvcc()
     if nvcc is None:
         pytest.skip("nvcc is not on this machine: the generated corpus was not compiled for " + arch)
     if arch not in _nvcc_archs(nvcc):
         pytest.skip(f"this nvcc cannot compile for {arch} (nvcc --list-gpu-arch)")
-    sources = kernel_corpus.corpus(arch=arch)
+    sources = kernel_corpus.corpus(arch=arch, device_limits=overrides)
     assert len(sources) >= 150
     schedulers = {re.search(r"\bmf_([a-z]+)_[0-9a-f]{16}\(", src).group(1) for _, src in sources}
     assert schedulers == {"pointwise", "reduction", "normalization", "transpose"}
