@@ -19,6 +19,7 @@ from .aten_ops import DECOMPOSE, aten
 from .attention import flash_first, prepare_attention
 from .attention_masks import attention_as_meant
 from .partition import partition
+from .sink_permutes import sink_permutes
 
 
 def _is_transpose_2d(node):
@@ -102,7 +103,7 @@ def _compiler(kind, counter):
     def compile_graph(gm, example_inputs):
         counter[kind] = counter.get(kind, 0) + 1
         title = kind if counter[kind] == 1 else f"{kind}{counter[kind]}"
-        gm = use_linear(prepare_attention(gm))
+        gm = sink_permutes(use_linear(prepare_attention(gm)))
         gm, _report = partition(gm, title)
         return make_boxed_func(gm.forward)
     return compile_graph
