@@ -2,7 +2,7 @@
 // Requires: every resharding expr is a single `set` or a single-axis device reduction
 //   (decompose_reshardings).
 // Guarantees: compute exprs are grouped into segments in topological order; each resharding expr
-//   becomes one Communication chosen by the table of DESIGN.md section 6, with its team taken from
+//   becomes one Communication chosen by the table of docs/design.md section 6, with its team taken from
 //   the mesh slice along the parallel type that changes; a Wait sits right before the first use of
 //   a communication's output; a Deallocate follows each intermediate's last use. Exprs whose
 //   output mesh excludes this rank are dropped.

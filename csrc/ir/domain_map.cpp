@@ -67,39 +67,53 @@ std::vector<int64_t> mapPermute(const Expr* e, size_t input_index) {
 
 // Walks both shapes, grouping axes whose products agree; the outermost producer axis of a group
 // maps to the outermost consumer axis of the group (a sharded outermost axis stays sharded).
-// Symbolic extents compare as products of symbols: [s0, 4096] -> [s0, 32, 128] groups s0 with s0.
+// Symbolic extents compare as products of symbols: [s0, 4096] -> [s0, 32, 128] groups s0 with s0,
+// [s0, s1, s2] -> [-1, s2] (whose -1 is "(s0*s1)") groups s0, s1 with the rows and s2 with s2. The
+// extents are read as written first (an op may have unified "s3*s4" with another product), then
+// through their unified representatives.
 std::vector<int64_t> mapReshape(const Expr* e, size_t input_index) {
   Ranks r = ranksOf(e, input_index);
   const Fusion& f = *e->out()->fusion();
   const auto& in = r.p_ids;
   const auto& out = *r.c_ids;
-  std::vector<int64_t> map(in.size(), -1);
   auto times = [](ExtentFactors a, const ExtentFactors& b) {
     a.constant *= b.constant;
     a.atoms.insert(a.atoms.end(), b.atoms.begin(), b.atoms.end());
     std::sort(a.atoms.begin(), a.atoms.end());
     return a;
   };
-  size_t i = 0, o = 0;
-  while (i < in.size() && o < out.size()) {
-    size_t gi = i, go = o;
-    ExtentFactors pi = factorsOf(f, in[i]->extent()), po = factorsOf(f, out[o]->extent());
-    while (!(pi == po)) {
-      if (pi.divides(po)) {
-        if (++i >= in.size()) return map;
-        pi = times(pi, factorsOf(f, in[i]->extent()));
-      } else if (po.divides(pi)) {
-        if (++o >= out.size()) return map;
-        po = times(po, factorsOf(f, out[o]->extent()));
-      } else {
-        return map;
+  // The map found with `factors`; `complete` says whether every axis found its group.
+  auto group = [&](ExtentFactors (*factors)(const Fusion&, const Extent&), bool* complete) {
+    std::vector<int64_t> map(in.size(), -1);
+    *complete = false;
+    size_t i = 0, o = 0;
+    while (i < in.size() && o < out.size()) {
+      size_t gi = i, go = o;
+      ExtentFactors pi = factors(f, in[i]->extent()), po = factors(f, out[o]->extent());
+      while (!(pi == po)) {
+        if (pi.divides(po)) {
+          if (++i >= in.size()) return map;
+          pi = times(pi, factors(f, in[i]->extent()));
+        } else if (po.divides(pi)) {
+          if (++o >= out.size()) return map;
+          po = times(po, factors(f, out[o]->extent()));
+        } else {
+          return map;
+        }
       }
+      map[gi] = static_cast<int64_t>(go);
+      ++i;
+      ++o;
     }
-    map[gi] = static_cast<int64_t>(go);
-    ++i;
-    ++o;
-  }
-  return map;
+    *complete = true;
+    return map;
+  };
+  bool complete = false;
+  std::vector<int64_t> written = group(&factorsAsWritten, &complete);
+  if (complete) return written;
+  std::vector<int64_t> unified = group(&factorsOf, &complete);
+  auto mapped = [](const std::vector<int64_t>& m) { return std::count_if(m.begin(), m.end(), [](int64_t c) { return c >= 0; }); };
+  return complete || mapped(unified) > mapped(written) ? unified : written;
 }
 
 std::vector<int64_t> mapResized(const Expr* e, size_t input_index) {

@@ -162,7 +162,7 @@ class TensorView : public Val {
   void setDeviceMesh(const DeviceMesh& mesh);
   void setAllocationAsLoop();
   // Splits this reduction into partial = op(inputs) reducing `axes` and this = sum(partial) over the
-  // rest (DESIGN.md section 4). Returns partial.
+  // rest (docs/design.md section 4). Returns partial.
   TensorView* rfactor(std::vector<int64_t> axes);
 
   // Internal setters used by ops, passes and the cloner.

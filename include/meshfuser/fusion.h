@@ -1,5 +1,5 @@
 // Defining and scheduling a fusion: tensors with *global* shapes, ops, and the sharding schedule
-// (device mesh, splits, parallel types), as in meshfuser's Python API (API.md).
+// (device mesh, splits, parallel types), as in meshfuser's Python API (README.md, python/meshfuser/fusion_definition.py).
 //
 //   meshfuser::Fusion f;
 //   auto inp = f.defineTensor({-1, -1, d * e});          // -1: symbolic extent

@@ -6,6 +6,7 @@ from torch import Tensor as _Tensor
 
 from . import _C
 from .distributed import _ensure_initialized
+from .dtensor_placements import execute_with_dtensors
 from ._C import DataType, ParallelType, OpType
 from .moe_ops import MoeOps
 from .mesh import as_device_mesh
@@ -483,8 +484,9 @@ class FusionDefinition:
                 inputs = list(inputs)
             for t in inputs:
                 if type(t) is not _Tensor and type(t).__name__ == "DTensor":
-                    from .dtensor import execute_with_dtensors
-                    return execute_with_dtensors(self, inputs)
+                    outputs, shardings = execute_with_dtensors(self, inputs)
+                    return (outputs, shardings) if type(self).definition is not FusionDefinition.definition \
+                        else outputs
         except Exception as e:
             # Failed before reaching the program: the other ranks are told through this call's
             # agreement (README "Reliability"), instead of waiting for this rank until the timeout.
