@@ -39,7 +39,10 @@ def test_llama_layer_gpu_plan(llama_programs, title, gemms, allowed):
     (program,) = llama_programs[title]
     pieces = gpu_pieces(program)
     kinds = collections.Counter(p.kind for p in pieces)
-    assert kinds["gemm"] == gemms          # q, k, v, o, gate, up, down (and their weight gradients)
+    # q, k, v, o, gate, up, down (and their weight gradients); transformers before 5.25 also
+    # computes the RoPE table's angles with a (tiny) matmul in the forward.
+    projections = [p for p in pieces if p.kind == "gemm" and (title == "backward" or "linear" in p.ops)]
+    assert len(projections) == gemms
     assert kinds["attention"] == 1
     assert kinds["generated"] > 0
     work = aten_work(pieces)
