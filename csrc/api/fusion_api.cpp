@@ -258,10 +258,27 @@ TensorView scatter(const TensorView& x, int64_t dim, const TensorView& index, co
   OpAccess::same(x, src, "scatter");
   return wrap(mf::scatter(in(x), dim, in(index), in(src)));
 }
+TensorView scatterReduce(const TensorView& x, int64_t dim, const TensorView& index, const TensorView& src,
+                         const std::string& reduce, bool include_self) {
+  OpAccess::same(x, index, "scatterReduce");
+  OpAccess::same(x, src, "scatterReduce");
+  return wrap(mf::scatterReduce(in(x), dim, in(index), in(src), reduce, include_self));
+}
 TensorView indexAdd(const TensorView& x, int64_t dim, const TensorView& index, const TensorView& src) {
   OpAccess::same(x, index, "indexAdd");
   OpAccess::same(x, src, "indexAdd");
   return wrap(mf::indexAdd(in(x), dim, in(index), in(src)));
+}
+std::pair<TensorView, TensorView> allToAllDispatch(const TensorView& tokens, const TensorView& counts,
+                                                   ParallelType mesh_axis, int64_t team_size) {
+  OpAccess::same(tokens, counts, "allToAllDispatch");
+  auto [received, recv_counts] = mf::allToAllDispatch(in(tokens), in(counts), meshfuser::toInternal(mesh_axis), team_size);
+  return {wrap(received), wrap(recv_counts)};
+}
+TensorView allToAllCombine(const TensorView& expert_out, const TensorView& counts, const TensorView& recv_counts) {
+  OpAccess::same(expert_out, counts, "allToAllCombine");
+  OpAccess::same(expert_out, recv_counts, "allToAllCombine");
+  return wrap(mf::allToAllCombine(in(expert_out), in(counts), in(recv_counts)));
 }
 TensorView cumsum(const TensorView& x, int64_t dim) { return wrap(mf::cumsum(in(x), dim)); }
 TensorView bincount(const TensorView& x, int64_t minlength) { return wrap(mf::bincount(in(x), minlength)); }

@@ -268,16 +268,19 @@ std::vector<int64_t> mapGroupedMm(const Expr* e, size_t input_index) {
   std::vector<int64_t> map(r.prank, -1);
   const int64_t rank1 = rankOf(e->input(0)), rank2 = rankOf(e->input(1));
   if (input_index == 2) return map;  // offsets
-  if (rank1 == 3 && rank2 == 3) {    // [g, m, k] x [g, k, n] -> [g, m, n]
+  // k maps to the output's trailing r{k} (2-D x 3-D and 3-D x 3-D; the root of an rfactored partial).
+  const bool has_k = r.crank > 0 && (*r.c_ids)[r.crank - 1]->isReduction();
+  if (rank1 == 3 && rank2 == 3) {    // [g, m, k] x [g, k, n] -> [g, m, n, r{k}]
     map[0] = 0;
     if (input_index == 0) map[1] = 1;
     else map[2] = 2;
-  } else if (rank1 == 2 && rank2 == 3) {  // [m, k] x [g, k, n] -> [m, n]: rows follow the offsets
+  } else if (rank1 == 2 && rank2 == 3) {  // [m, k] x [g, k, n] -> [m, n, r{k}]: rows follow the offsets
     if (input_index == 1) map[2] = 1;
   } else if (rank1 == 2 && rank2 == 2) {  // [m, k] x [k, n] -> [g, m, n]: k follows the offsets
     if (input_index == 0) map[0] = 1;
     else map[1] = 2;
   }
+  if (has_k && rank2 == 3) map[input_index == 0 ? rank1 - 1 : 1] = r.crank - 1;
   return map;
 }
 

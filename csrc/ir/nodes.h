@@ -204,7 +204,8 @@ class TensorView : public Val {
 //   SdpfaFwd/SdpfaBwd: dropout_p, is_causal, scale (none: 1/sqrt(head_dim), as PyTorch).
 //   Uniform: shape (global), dtype. EmbeddingFwd: dims (padding_idx: empty, or the one index).
 //   Topk: count (k), dim, descending (largest), stable (sorted). Sort/Argsort: dim, descending,
-//   stable. IndexSelect/GatherAlong/Scatter/IndexAdd: dim. Cumsum: dim, dtype. Bincount: count
+//   stable. IndexSelect/GatherAlong/Scatter/IndexAdd: dim. ScatterReduce: dim,
+//   count (a ScatterReduction), stable (include_self). Cumsum: dim, dtype. Bincount: count
 //   (minlength).
 struct ExprAttrs {
   std::vector<int64_t> dims;

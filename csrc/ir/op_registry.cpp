@@ -236,8 +236,11 @@ std::vector<OpInfo> buildTable() {
   };
   // grouped_mm(mat1, mat2[, offsets]): 2-D x 3-D (offsets split mat1's rows), 3-D x 3-D (a batch of
   // matmuls), 2-D x 2-D (offsets split the contraction: the weight gradient, out [groups, m, n]).
+  // Its output ends with r{k} (2-D x 3-D, 3-D x 3-D): k split on both operands gives partial sums
+  // and one reduction across devices (row-parallel experts), as for linear.
   t.push_back(moe(OpType::GroupedMm, "grouped_mm", 2, 3, &mapGroupedMm, kNoAttrs, "aten::_grouped_mm",
                   AtenArgs::GroupedMm));
+  t.back().contracts = true;
   OpInfo topk =
       moe(OpType::Topk, "topk", 1, 1, nullptr, kAttrK | kAttrDim | kAttrLargest, "aten::topk", AtenArgs::Topk);
   topk.output_axis_map = &mapAlongDimOutputs;  // values, indices (int64)
@@ -261,6 +264,21 @@ std::vector<OpInfo> buildTable() {
   t.back().dtype_rule = D::Attribute;
   t.push_back(
       moe(OpType::Bincount, "bincount", 1, 1, &mapNothing, kAttrMinlength, "aten::bincount", AtenArgs::Bincount));
+  t.push_back(moe(OpType::ScatterReduce, "scatter_reduce", 3, 3, &mapScatter, kAttrDim | kAttrReduce,
+                  "aten::scatter_reduce.two", AtenArgs::ScatterReduce));
+  // Expert parallelism: the exchanges (ops_exchange.cpp). No axis passes a device split through
+  // (their operands and results are rank-local rows); lowering makes each one host communication.
+  auto exchange = [](OpType op, const char* name, int n_in) {
+    OpInfo i = base(op, name, OpKind::Exchange, n_in, n_in, DtypeRule::SameAsInput, &mapNothing);
+    i.attrs = kAttrMeshAxis;
+    i.aten_args = AtenArgs::Communication;
+    i.no_cuda = "a communication (lowered to an AllToAll of the host program), not a kernel";
+    return i;
+  };
+  t.push_back(exchange(OpType::AllToAllCounts, "all_to_all_counts", 2));  // counts, tokens (for their rows)
+  t.back().dtype_rule = D::Attribute;  // int64 counts
+  t.push_back(exchange(OpType::AllToAllDispatch, "all_to_all_dispatch", 3));
+  t.push_back(exchange(OpType::AllToAllCombine, "all_to_all_combine", 3));
   for (size_t k = 0; k < t.size(); ++k) {
     MF_CHECK(static_cast<size_t>(t[k].op) == k, "op registry out of order at ", t[k].name);
   }
@@ -287,6 +305,20 @@ const OpInfo* findOp(const std::string& name) {
 }
 
 const char* toString(OpType op) { return opInfo(op).name; }
+
+namespace {
+constexpr const char* kScatterReductions[] = {"sum", "prod", "mean", "amax", "amin"};
+}
+const char* toString(ScatterReduction r) { return kScatterReductions[static_cast<int64_t>(r)]; }
+bool parseScatterReduction(const std::string& name, ScatterReduction& out) {
+  for (int64_t i = 0; i < 5; ++i) {
+    if (name == kScatterReductions[i]) {
+      out = static_cast<ScatterReduction>(i);
+      return true;
+    }
+  }
+  return false;
+}
 bool isUnary(OpType op) { return opInfo(op).kind == OpKind::Unary; }
 bool isBinary(OpType op) { return opInfo(op).kind == OpKind::Binary; }
 bool isComparison(OpType op) { return opInfo(op).dtype_rule == DtypeRule::Bool; }
@@ -296,7 +328,10 @@ bool isPointwise(OpType op) {
 }
 bool isReduction(OpType op) { return opInfo(op).kind == OpKind::Reduction; }
 bool isContraction(OpType op) { return opInfo(op).kind == OpKind::Contraction; }
-bool reduces(OpType op) { return isReduction(op) || isContraction(op) || opInfo(op).kind == OpKind::Gather; }
+bool isExchange(OpType op) { return opInfo(op).kind == OpKind::Exchange; }
+bool reduces(OpType op) {
+  return isReduction(op) || isContraction(op) || opInfo(op).kind == OpKind::Gather || opInfo(op).contracts;
+}
 bool runsAlone(OpType op) {
   OpKind k = opInfo(op).kind;
   return k == OpKind::Contraction || k == OpKind::Attention || k == OpKind::Source || k == OpKind::Gather ||

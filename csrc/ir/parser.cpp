@@ -386,7 +386,21 @@ class Parser {
       else if (key == "k" || key == "minlength") attrs.count = parseInt(value);
       else if (key == "dim") attrs.dim = parseInt(value);
       else if (key == "largest" || key == "descending") attrs.descending = parseBool(value);
-      else if (key == "sorted" || key == "stable") attrs.stable = parseBool(value);
+      else if (key == "sorted" || key == "stable" || key == "include_self") attrs.stable = parseBool(value);
+      else if (key == "mesh_axis") {
+        bool found = false;
+        for (ParallelType pt : kDeviceParallelTypes) {
+          if (value == toString(pt)) {
+            attrs.dim = static_cast<int64_t>(pt);
+            found = true;
+          }
+        }
+        fail(found, "mesh_axis must be DIDx, DIDy or DIDz; got '", value, "'");
+      } else if (key == "reduce") {
+        ScatterReduction r;
+        fail(parseScatterReduction(value, r), "unknown reduce '", value, "' of ", op_name);
+        attrs.count = static_cast<int64_t>(r);
+      }
       else if (key == "scale") attrs.scale = value == "none" ? std::nullopt : std::optional<double>(parseNumber(value));
       else fail(false, "unknown attribute '", key, "' of ", op_name);
     }

@@ -45,6 +45,10 @@ std::string attrString(const Expr* e) {
   if (mask & kAttrLargest) s += std::string(", largest=") + flag(a.descending) + ", sorted=" + flag(a.stable);
   if (mask & kAttrDescending) s += std::string(", descending=") + flag(a.descending) + ", stable=" + flag(a.stable);
   if (mask & kAttrMinlength) s += ", minlength=" + std::to_string(a.count);
+  if (mask & kAttrMeshAxis) s += std::string(", mesh_axis=") + toString(static_cast<ParallelType>(a.dim));
+  if (mask & kAttrReduce) {
+    s += std::string(", reduce=") + toString(static_cast<ScatterReduction>(a.count)) + ", include_self=" + flag(a.stable);
+  }
   return s;
 }
 

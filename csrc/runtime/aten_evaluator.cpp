@@ -277,7 +277,9 @@ at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in,
     case AtenArgs::DimIndex:
     case AtenArgs::DimIndexSrc:
     case AtenArgs::Cumsum:
-    case AtenArgs::Bincount: MF_THROW_INTERNAL("mixture-of-experts ops are evaluated by evaluateMoeOp");
+    case AtenArgs::Bincount:
+    case AtenArgs::ScatterReduce: MF_THROW_INTERNAL("mixture-of-experts ops are evaluated by evaluateMoeOp");
+    case AtenArgs::Communication: MF_THROW_INTERNAL(info.name, " is a communication, lowered to the host program");
     case AtenArgs::Operands: {
       if (info.refuses_negative_integer_exponent && in.size() == 2 && in[0].is_tensor && !in[1].is_tensor) {
         const bool integer_base = at::isIntegralType(in[0].tensor.scalar_type(), /*includeBool=*/true);
@@ -326,7 +328,18 @@ std::vector<at::Tensor> evaluateExpr(const Expr* e, const std::vector<RuntimeVal
                                      const ExtentBindings& bindings, const EvalContext& context) {
   try {
     if (opInfo(e->op()).aten_args == AtenArgs::Attention) return evaluateAttention(e, in);
-    if (opInfo(e->op()).kind == OpKind::Routing) return evaluateMoeOp(e, in);
+    if (opInfo(e->op()).kind == OpKind::Routing) {
+      std::vector<at::Tensor> results = evaluateMoeOp(e, in);
+      // An rfactored partial (row-parallel grouped_mm) gains its device axis (local extent 1).
+      const TensorView* out = e->outTensor(0);
+      if (!out->root().empty()) {
+        auto ids = out->logicalNoReductions();
+        for (size_t i = 0; i < ids.size(); ++i) {
+          if (ids[i]->isRFactorProduct()) results[0] = results[0].unsqueeze(static_cast<int64_t>(i));
+        }
+      }
+      return results;
+    }
     return {evaluateUnchecked(e, in, bindings, context)};
   } catch (const c10::Error& err) {
     MF_THROW_USER("while running ", e->toString(), ": ", err.what_without_backtrace());

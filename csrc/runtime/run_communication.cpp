@@ -171,6 +171,9 @@ void FusionExecutor::runCommunication(const Communication& c, std::unordered_map
       if (receives) finish([buf] { return buf; });
       return;
     }
+    case CommunicationType::ExpertCounts:
+    case CommunicationType::Dispatch:
+    case CommunicationType::Combine: MF_THROW_INTERNAL("the exchanges run in runExchange");
     case CommunicationType::SendRecv:
     case CommunicationType::Gather:
     case CommunicationType::Scatter:

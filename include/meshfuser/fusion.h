@@ -174,10 +174,20 @@ TensorView argsort(const TensorView& x, int64_t dim = -1, bool descending = fals
 TensorView indexSelect(const TensorView& x, int64_t dim, const TensorView& index);  // 1-D index
 TensorView gather(const TensorView& x, int64_t dim, const TensorView& index);       // torch.gather
 TensorView scatter(const TensorView& x, int64_t dim, const TensorView& index, const TensorView& src);
+// torch.scatter_reduce: reduce is "sum", "prod", "mean", "amax" or "amin".
+TensorView scatterReduce(const TensorView& x, int64_t dim, const TensorView& index, const TensorView& src,
+                         const std::string& reduce, bool include_self = true);
 TensorView indexAdd(const TensorView& x, int64_t dim, const TensorView& index, const TensorView& src);
 TensorView cumsum(const TensorView& x, int64_t dim);
 // Exactly `minlength` bins; every value must lie in [0, minlength).
 TensorView bincount(const TensorView& x, int64_t minlength);
+// Expert parallelism: this rank's rows (grouped by expert, `counts` rows per expert) go to the team
+// member along `mesh_axis` that holds their expert. Returns {received rows (grouped by local expert,
+// then source rank; their count is bound at run time), recv_counts [team_size, local experts]}.
+std::pair<TensorView, TensorView> allToAllDispatch(const TensorView& tokens, const TensorView& counts,
+                                                   ParallelType mesh_axis, int64_t team_size);
+// The reverse: expert_out's rows (in the dispatch's order) back to their senders, in tokens' order.
+TensorView allToAllCombine(const TensorView& expert_out, const TensorView& counts, const TensorView& recv_counts);
 }  // namespace ops
 
 }  // namespace meshfuser

@@ -25,10 +25,18 @@ Decisions:
 * Outputs get no annotation at all: meshfuser's propagation chooses their mesh and sharding (a mesh
   without a split would mean "replicated" to meshfuser and force Allgathers).
 * `compile(...)(*dtensors)` returns the single output DTensor, or a tuple when there are several.
+* Expert parallelism (`compile(define, expert_parallel="ep")`, a mesh dim name or index): a DTensor
+  with `Shard(0)` on that mesh dim (tokens split over the data-parallel ranks, expert weights split
+  on their expert axis) is a rank-local input: the definition sees this rank's block (define it with
+  -1 or the block's extents), and `fd.ops.all_to_all_dispatch(tokens, counts)` exchanges along that
+  mesh dim (`fd.expert_mesh`, `fd.expert_axis`). Outputs are `Shard(0)` on it (rank-local rows or
+  experts, stacked in rank order), or `Partial()` for the indices in `partial_outputs` (a
+  replicated parameter's gradient from this rank's tokens: its share of the sum).
 """
 from . import _C
 from .dtensor_placements import (_check_inputs, _is_dtensor, _mesh_ranks, _normalized, _parallel_type,
                                  _placement_str, _resolve_partials, _torch, execute_with_dtensors)
+from .dtensor_experts import _execute_expert_parallel, _expert_mesh_dim, _rank_local_inputs
 from .fusion_definition import FusionDefinition
 from .mesh import DeviceMesh
 
@@ -82,9 +90,11 @@ def _key(inputs, placements):
 class CompiledFunction:
     """The result of `compile(define_fn)`: call it with DTensors (and Python scalars)."""
 
-    def __init__(self, define_fn, overlap=None):
+    def __init__(self, define_fn, overlap=None, expert_parallel=None, partial_outputs=()):
         self._define_fn = define_fn
         self._overlap = overlap
+        self._expert_parallel = expert_parallel
+        self._partial_outputs = set(partial_outputs)
         FusionDefinition(overlap=overlap)  # unknown modes raise here, not at the first call
         self._cache = {}
         self.__doc__ = getattr(define_fn, "__doc__", None)
@@ -105,18 +115,27 @@ class CompiledFunction:
         _check_inputs(inputs, "meshfuser.dtensor.compile")
         inputs = _resolve_partials(inputs)
         placements = [_normalized(i, t) if _is_dtensor(t) else None for i, t in enumerate(inputs)]
+        expert_dim = None if self._expert_parallel is None else _expert_mesh_dim(inputs, self._expert_parallel)
+        local_inputs = [] if expert_dim is None else _rank_local_inputs(inputs, placements, expert_dim)
         key = _key(inputs, placements)
         fd = self._cache.get(key)
         if fd is None:
-            fd = self._build(inputs, placements)
+            fd = self._build(inputs, placements, expert_dim, local_inputs)
             self._cache[key] = fd
-        outputs = fd.execute(inputs)
+        if expert_dim is None:
+            outputs = fd.execute(inputs)
+        else:
+            outputs = _execute_expert_parallel(fd, inputs, local_inputs, expert_dim, self._partial_outputs)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
-    def _build(self, inputs, placements):
+    def _build(self, inputs, placements, expert_dim=None, local_inputs=()):
         fd = FusionDefinition(overlap=self._overlap)
         # A define_tensor without a dtype takes its input's (bf16 DTensors need no dtype= in the definition).
         fd._input_dtypes = [_data_type(t.dtype) if pl is not None else None for t, pl in zip(inputs, placements)]
+        if expert_dim is not None:
+            torch_mesh = next(t.device_mesh for t in inputs if _is_dtensor(t))
+            fd.expert_mesh = DeviceMesh(torch_mesh.mesh)
+            fd.expert_axis = _parallel_type(expert_dim, torch_mesh.ndim)
         with fd:
             self._define_fn(fd)
         fusion = fd.fusion
@@ -124,6 +143,7 @@ class CompiledFunction:
             raise _C.ArgumentError(
                 f"{self.__name__}: the definition has {fusion.num_inputs()} inputs; got {len(inputs)}")
         meshes = {}
+        Replicate = _torch()[3]
         for i, (t, pl) in enumerate(zip(inputs, placements)):
             if pl is None:
                 if fusion.input_is_tensor(i):
@@ -134,10 +154,16 @@ class CompiledFunction:
             tv = fusion.input(i)
             if tv.ndim != t.ndim:
                 raise _C.ArgumentError(f"input {i}: the definition has {tv.ndim} dims; the DTensor has {t.ndim}")
-            for axis, (want, got) in enumerate(zip(tv.shape, t.shape)):
+            local = i in local_inputs
+            if local:  # rank-local: the definition sees this rank's block along the expert mesh dim
+                pl = [Replicate() if mesh_dim == expert_dim else p for mesh_dim, p in enumerate(pl)]
+            shape = list(t.shape)
+            if local:
+                shape[0] //= t.device_mesh.size(expert_dim)
+            for axis, (want, got) in enumerate(zip(tv.shape, shape)):
                 if want != -1 and want != got:
-                    raise _C.ArgumentError(
-                        f"input {i}: axis {axis} is defined with extent {want}; the DTensor's global extent is {got}")
+                    what = "this rank's block of the DTensor has extent" if local else "the DTensor's global extent is"
+                    raise _C.ArgumentError(f"input {i}: axis {axis} is defined with extent {want}; {what} {got}")
             ranks = _mesh_ranks(t.device_mesh)
             if ranks not in meshes:
                 meshes[ranks] = DeviceMesh(t.device_mesh.mesh)
@@ -154,7 +180,7 @@ class CompiledFunction:
         return fd
 
 
-def compile(define_fn, backward=None, num_outputs=1, overlap=None):
+def compile(define_fn, backward=None, num_outputs=1, overlap=None, expert_parallel=None, partial_outputs=()):
     """`define_fn(fd)` defines a single-device fusion (global shapes, -1 allowed). The result, called
     with DTensors, builds (once per meshes, placements, dtypes and global shapes) and runs a sharded
     definition, returning DTensors. `overlap` ("auto", "ring", "chunked" or None) overlaps the
@@ -162,8 +188,15 @@ def compile(define_fn, backward=None, num_outputs=1, overlap=None):
 
     With `backward=define_backward`, the result is differentiable by torch.autograd: the forward's
     first `num_outputs` outputs are returned, the rest saved for the backward definition (see
-    meshfuser.dtensor_autograd for the input and output conventions)."""
+    meshfuser.dtensor_autograd for the input and output conventions).
+
+    `expert_parallel` (a mesh dim name or index) makes inputs with Shard(0) on that mesh dim
+    rank-local and the outputs Shard(0) on it, except `partial_outputs` (indices), which are
+    Partial() (see the module docstring)."""
     if backward is None:
-        return CompiledFunction(define_fn, overlap)
+        return CompiledFunction(define_fn, overlap, expert_parallel, partial_outputs)
+    if expert_parallel is not None:
+        raise _C.ArgumentError("compile: expert_parallel takes a definition computing its gradients itself "
+                               "(one training definition), not backward=")
     from .dtensor_autograd import TrainableFunction
     return TrainableFunction(CompiledFunction(define_fn, overlap), CompiledFunction(backward, overlap), num_outputs)
