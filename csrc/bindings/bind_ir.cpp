@@ -138,6 +138,7 @@ void bindIr(py::module& m) {
       .def_property_readonly("device_mesh", &TensorView::mesh)
       .def("set_allocation_as_loop", &TensorView::setAllocationAsLoop,
            "Lays the tensor out in memory in its loop order (device axes have extent 1 locally)")
+      .def("_set_allocation_domain", &TensorView::setAllocationDomain, py::arg("axes"), py::arg("contiguity"))
       .def(
           "rfactor", [](TensorView& tv, const std::vector<int64_t>& axes) { return owned(tv.rfactor(axes)); },
           py::arg("axes"), "Splits this reduction in two: a partial over `axes` (returned), then the rest")
@@ -200,10 +201,12 @@ void bindIr(py::module& m) {
   ops.def("cast", keepsFusion(&castOp));
   ops.def("binary", keepsFusion(&binaryOp));
   ops.def("extent_arithmetic", keepsFusion(&extentArithmetic));
+  ops.def("scalar_op", keepsFusion(&scalarOp), py::arg("op"), py::arg("operands"));
   ops.def("where", keepsFusion(&whereOp));
   ops.def("reduction", keepsFusion(&reductionOp), py::arg("op"), py::arg("x"), py::arg("dims"),
           py::arg("dtype") = py::none());
   ops.def("broadcast_in_dim", keepsFusion(&broadcastInDim));
+  ops.def("broadcast_in_dim_vals", keepsFusion(&broadcastInDimExtents));
   ops.def("squeeze", keepsFusion(&squeeze));
   ops.def("permute", keepsFusion(&permute));
   ops.def("reshape", keepsFusion(&reshape));
@@ -276,7 +279,7 @@ void bindIr(py::module& m) {
                                    "gather", "reduction", "contraction", "attention", "routing"};
     py::list rows;
     for (const OpInfo& info : allOps()) {
-      rows.append(py::make_tuple(info.name, kKinds[static_cast<int>(info.kind)], info.attrs != kNoAttrs));
+      rows.append(py::make_tuple(info.name, kKinds[static_cast<int>(info.kind)], !info.attributes.empty()));
     }
     return rows;
   });
