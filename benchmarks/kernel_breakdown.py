@@ -37,6 +37,10 @@ def breakdown_ms(fn, iters=3):
     for evt in prof.events():
         if evt.device_type != torch.autograd.DeviceType.CUDA:
             continue
+        # Named ranges (meshfuser::segment ..., record_function) are mirrored on the GPU timeline
+        # around the kernels they contain: counting them would count those kernels twice.
+        if getattr(evt, "is_user_annotation", False) or evt.name.startswith("meshfuser::"):
+            continue
         us = evt.device_time if hasattr(evt, "device_time") else evt.cuda_time
         cat = classify(evt.name)
         totals[cat] += us / 1e3 / iters

@@ -1,15 +1,21 @@
-"""The GPT block (examples/transformer_blocks.py), forward and forward+backward: meshfuser against
-the same block in PyTorch eager and under torch.compile(dynamic=False), in one run, with achieved
-TFLOP/s and peak memory.
+"""A transformer block (examples/transformer_blocks.py), forward and forward+backward: meshfuser
+against the same block in PyTorch eager and under torch.compile(dynamic=False), in one run, with
+achieved TFLOP/s and peak memory; --breakdown splits each one's device time into GEMM, attention,
+generated kernels, other ATen kernels and communication (torch.profiler).
 
     python benchmarks/transformer_block.py                        # one GPU (or CPU, tiny shapes)
+    python benchmarks/transformer_block.py --block llama --breakdown
     torchrun --nproc_per_node=2 benchmarks/transformer_block.py --form sp
+
+--block gpt: LayerNorm, biased q/k/v/o, GELU MLP of 4x hidden. --block llama: RMSNorm, bias-free
+projections, grouped-query attention (--kv-heads, 8), RoPE, SiLU-gated MLP (--ffn, 14336).
 
 On N ranks every implementation is sharded the same way (Megatron): TP keeps activations
 replicated (an Allreduce after each row-parallel linear), SP splits them on the sequence (an
 Allgather before each column-parallel part, a ReduceScatter after each row-parallel one). The
 PyTorch versions use functional collectives so that torch.compile sees them.
-Defaults: bf16, hidden 4096, 32 heads, sequence 8192, batch 1 (the figures in the notes)."""
+Defaults: bf16, hidden 4096, 32 heads, sequence 8192, batch 1 (the figures in the notes). On CPU a
+smoke run of the same code at tiny shapes (no breakdown: it reads the GPU's kernel timeline)."""
 import argparse
 import os
 import sys
@@ -25,11 +31,12 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import transformer_blocks as blocks  # noqa: E402
 
 
-def block_flops(b, s, e, causal=True):
-    """Forward FLOPs: 24*b*s*e^2 in the linears (q, k, v, o: 4 e^2; MLP: 8 e^2; 2 per MAC) and
-    4*b*s^2*e in attention (QK^T and PV), halved when causal."""
-    attention = 4 * b * s * s * e * (0.5 if causal else 1.0)
-    return 24 * b * s * e * e + attention
+def block_flops(b, s, e, kv, ffn, mlp_matrices, causal=True):
+    """Forward FLOPs, 2 per MAC: the projections (q and o: e x e; k and v: kv x e), the MLP
+    (mlp_matrices of e x ffn) and attention (QK^T and PV: 4*b*s^2*e), halved when causal. GPT
+    (kv = e, ffn = 4e, two matrices): 24*b*s*e^2 + attention."""
+    linears = 2 * b * s * (2 * e * e + 2 * kv * e + mlp_matrices * e * ffn)
+    return linears + 4 * b * s * s * e * (0.5 if causal else 1.0)
 
 
 # ---- PyTorch: the same block, Megatron-sharded with functional collectives ----------------------
@@ -90,14 +97,20 @@ def _funcol():
     return funcol
 
 
-def torch_block(p, x, hd, form, group, d):
-    """Forward of this rank's part of the block. p holds this rank's shards; x is replicated (TP)
-    or this rank's sequence slice (SP)."""
-    b, e = x.shape[0], x.shape[2]
+def _collectives(form, group, d):
+    """(gather, reduce): what enters a column-parallel part and what leaves a row-parallel one."""
     gather = (lambda t: _GatherSequence.apply(t, group)) if form == "sp" and d > 1 else (
         (lambda t: _CopyToParallel.apply(t, group)) if d > 1 else (lambda t: t))
     reduce = (lambda t: _ScatterSequence.apply(t, group)) if form == "sp" and d > 1 else (
         (lambda t: _ReduceFromParallel.apply(t, group)) if d > 1 else (lambda t: t))
+    return gather, reduce
+
+
+def torch_block(p, x, hd, form, group, d):
+    """Forward of this rank's part of the GPT block. p holds this rank's shards; x is replicated
+    (TP) or this rank's sequence slice (SP)."""
+    b, e = x.shape[0], x.shape[2]
+    gather, reduce = _collectives(form, group, d)
     ln0 = gather(F.layer_norm(x, [e], p["ln0_w"], p["ln0_b"], blocks.EPS))
     s = ln0.shape[1]
     heads = p["wq"].shape[0] // hd
@@ -109,13 +122,60 @@ def torch_block(p, x, hd, form, group, d):
     return res0 + mlp + p["b2"]
 
 
+def _rope(t, cos, sin):
+    half = t.shape[-1] // 2
+    return t * cos + torch.cat([-t[..., half:], t[..., :half]], dim=-1) * sin
+
+
+def torch_llama_block(p, x, hd, form, group, d):
+    """Forward of this rank's part of the Llama-style block (as torch_block; cos/sin whole)."""
+    b, e = x.shape[0], x.shape[2]
+    gather, reduce = _collectives(form, group, d)
+    normed = gather(F.rms_norm(x, [e], p["norm0_w"], blocks.EPS))
+    s = normed.shape[1]
+    q, k, v = (F.linear(normed, p[f"w{n}"]).view(b, s, -1, hd).transpose(1, 2) for n in "qkv")
+    q, k = _rope(q, p["cos"], p["sin"]), _rope(k, p["cos"], p["sin"])
+    attn = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).transpose(1, 2).reshape(b, s, -1)
+    res0 = x + reduce(F.linear(attn, p["wo"]))
+    normed1 = gather(F.rms_norm(res0, [e], p["norm1_w"], blocks.EPS))
+    return res0 + reduce(F.linear(F.silu(F.linear(normed1, p["w_gate"])) * F.linear(normed1, p["w_up"]), p["w_down"]))
+
+
+class Block:
+    """One block's definitions (the forward alone; the forward saving activations, and the
+    backward), parameters, inputs and PyTorch version, for --block gpt or llama."""
+
+    def __init__(self, name, b, s, h, hd, d, form, dtype, kv_heads, ffn, backward):
+        e, mf_dtype = h * hd, blocks.to_meshfuser_dtype(dtype)
+        self.title = "GPT block" if name == "gpt" else f"Llama-style block (KV heads {kv_heads}, ffn {ffn})"
+        if name == "gpt":
+            self.full = blocks.gpt_parameters(b, s, e, seed=0, dtype=dtype)
+            self.shard, self.torch_fn = blocks.gpt_shard, torch_block
+            self.forward = self.training_forward = blocks.gpt_forward_definition(b, s, h, hd, d, form, mf_dtype)
+            self.backward = blocks.gpt_backward_definition(b, s, h, hd, d, form, mf_dtype) if backward else None
+            self.forward_inputs, self.backward_inputs = blocks.gpt_forward_inputs, blocks.gpt_backward_inputs
+            self.flops = block_flops(b, s, e, e, 4 * e, 2)
+            return
+        self.full = blocks.llama_parameters(b, s, e, hd, ffn, seed=0, dtype=dtype, kv_heads=kv_heads)
+        self.shard, self.torch_fn = blocks.llama_shard, torch_llama_block
+        sizes = (b, s, h, hd, ffn, d, form, mf_dtype, kv_heads)
+        self.forward = blocks.llama_forward_definition(*sizes)
+        self.training_forward = blocks.llama_forward_definition(*sizes, save=True)
+        self.backward = blocks.llama_backward_definition(*sizes) if backward else None
+        self.forward_inputs, self.backward_inputs = blocks.llama_forward_inputs, blocks.llama_backward_inputs
+        self.flops = block_flops(b, s, e, kv_heads * hd, ffn, 3)
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--block", choices=["gpt", "llama"], default="gpt")
     parser.add_argument("--form", choices=["tp", "sp"], default="tp")
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--seq", type=int, default=8192)
     parser.add_argument("--hidden", type=int, default=4096)
     parser.add_argument("--heads", type=int, default=32)
+    parser.add_argument("--kv-heads", type=int, default=8, help="key/value heads (--block llama)")
+    parser.add_argument("--ffn", type=int, default=14336, help="MLP hidden features (--block llama)")
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--no-backward", action="store_true")
@@ -129,38 +189,38 @@ def main():
     if cuda:
         torch.cuda.set_device(device)
     dtype = torch.bfloat16 if cuda else torch.float32
-    b, s, e, h = args.batch, args.seq, args.hidden, args.heads
+    b, s, e, h, kvh, ffn = args.batch, args.seq, args.hidden, args.heads, args.kv_heads, args.ffn
     if not cuda:  # CPU: a smoke run of the same code
-        s, e, h = min(s, 64), min(e, 64), min(h, 4)
+        s, e, h, kvh, ffn = min(s, 64), min(e, 64), min(h, 4), min(kvh, 2), min(ffn, 96)
     hd = e // h
     assert h % d == 0 and s % d == 0, "heads and sequence must split evenly over the ranks"
+    assert args.block == "gpt" or (h % kvh == 0 and kvh % d == 0), \
+        "--kv-heads must divide --heads and split evenly over the ranks"
     group = dist.group.WORLD if d > 1 else None
 
-    full = blocks.gpt_parameters(b, s, e, seed=0, dtype=dtype)
-    local = {n: t.to(device) for n, t in blocks.gpt_shard(full, args.form, d, rank).items()}
+    block = Block(args.block, b, s, h, hd, d, args.form, dtype, kvh, ffn, not args.no_backward)
+    local = {n: t.to(device) for n, t in block.shard(block.full, args.form, d, rank).items()}
     x = local.pop("x")
-    flops = block_flops(b, s, e)
+    flops = block.flops
     rows = []
 
-    # meshfuser
-    fwd = blocks.gpt_forward_definition(b, s, h, hd, d, args.form, blocks.to_meshfuser_dtype(dtype))
-    bwd = None if args.no_backward else blocks.gpt_backward_definition(
-        b, s, h, hd, d, args.form, blocks.to_meshfuser_dtype(dtype))
-    mf_inputs = blocks.gpt_forward_inputs(x, local)
+    # meshfuser: the forward alone, and the step (the forward saving activations, then the backward)
+    fwd, train_fwd, bwd = block.forward, block.training_forward, block.backward
+    mf_inputs = block.forward_inputs(x, local)
 
     def mf_forward():
         return fwd.execute(mf_inputs)
 
     def mf_step():
-        outs = fwd.execute(mf_inputs)
+        outs = train_fwd.execute(mf_inputs)
         grad = torch.ones_like(outs[0])
-        return bwd.execute(blocks.gpt_backward_inputs(grad, outs, x, local))
+        return bwd.execute(block.backward_inputs(grad, outs, x, local))
 
-    # PyTorch eager and compiled, with autograd for the backward.
-    params = {n: t.detach().clone().requires_grad_(True) for n, t in local.items()}
+    # PyTorch eager and compiled, with autograd for the backward (the RoPE tables are constants).
+    params = {n: t.detach().clone().requires_grad_(n not in ("cos", "sin")) for n, t in local.items()}
     x_req = x.detach().clone().requires_grad_(True)
-    eager = lambda: torch_block(params, x_req, hd, args.form, group, d)  # noqa: E731
-    compiled_fn = None if args.no_compile else torch.compile(torch_block, dynamic=False)
+    eager = lambda: block.torch_fn(params, x_req, hd, args.form, group, d)  # noqa: E731
+    compiled_fn = None if args.no_compile else torch.compile(block.torch_fn, dynamic=False)
     compiled = None if compiled_fn is None else (lambda: compiled_fn(params, x_req, hd, args.form, group, d))
 
     def step(fn):
@@ -201,6 +261,8 @@ def main():
                 r[f"{key[:-3]}_vs_eager"] = base["eager"][key] / r[key]
             if key in r and "torch.compile" in base and key in base["torch.compile"]:
                 r[f"{key[:-3]}_vs_compile"] = base["torch.compile"][key] / r[key]
+    if args.breakdown and not cuda and rank == 0:
+        print("--breakdown reads the GPU's kernel timeline: skipped on CPU")
     if args.breakdown and cuda:
         from kernel_breakdown import breakdown_ms, print_breakdown
         impls = {"meshfuser": (mf_forward, mf_step), "eager": (eager, step(eager))}
@@ -210,16 +272,16 @@ def main():
             fwd_parts = {name: breakdown_ms(f) for name, (f, _) in impls.items()}
         step_parts = {} if args.no_backward else {name: breakdown_ms(st) for name, (_, st) in impls.items()}
         if rank == 0:
-            print_breakdown("GPT block forward", fwd_parts)
+            print_breakdown(f"{block.title} forward", fwd_parts)
             if step_parts:
-                print_breakdown("GPT block forward+backward", step_parts)
+                print_breakdown(f"{block.title} forward+backward", step_parts)
     if rank == 0:
-        title = (f"GPT block, {args.form.upper()} on {d} rank(s) ({device.type}), b={b} s={s} e={e} heads={h}, "
-                 f"{str(dtype).split('.')[-1]} (ratios: above 1 means meshfuser is faster)")
+        title = (f"{block.title}, {args.form.upper()} on {d} rank(s) ({device.type}), b={b} s={s} e={e} "
+                 f"heads={h}, {str(dtype).split('.')[-1]} (ratios: above 1 means meshfuser is faster)")
         columns = ["impl", "fwd_ms", "fwd_tflops", "fwd_peak_gib", "fwd_vs_eager", "fwd_vs_compile", "fwd_bwd_ms",
                    "fwd_bwd_tflops", "fwd_bwd_peak_gib", "fwd_bwd_vs_eager", "fwd_bwd_vs_compile"]
         print_table(title, rows, columns)
-        write_json(f"transformer_block_{args.form}_{d}.json", {"args": vars(args), "rows": rows})
+        write_json(f"transformer_block_{args.block}_{args.form}_{d}.json", {"args": vars(args), "rows": rows})
 
 
 def peak_gib(fn):

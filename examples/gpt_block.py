@@ -34,7 +34,9 @@ def main():
 
     comm = meshfuser.Communicator.instance()
     d, rank = comm.size(), comm.rank()
-    device = torch.device("cuda", comm.local_rank()) if torch.cuda.is_available() else torch.device("cpu")
+    # Ranks may share GPUs (CUDA tensors over Gloo, MESHFUSER_CUDA_BACKEND=gloo): wrap around them.
+    device = (torch.device("cuda", comm.local_rank() % torch.cuda.device_count()) if torch.cuda.is_available()
+              else torch.device("cpu"))
     torch_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32  # flash attention: half/bf16
     dtype = blocks.to_meshfuser_dtype(torch_dtype)
     mesh = DeviceMesh(range(d))
@@ -59,6 +61,7 @@ def main():
         print(forward.host_program())
     print(f"rank {rank}/{d} {args.form}: output {tuple(outputs[0].shape)} on {device}, communications {comms}, "
           f"max |error| vs PyTorch {error:.2e}")
+    blocks.require_close(f"rank {rank} output", error, expected.detach(), torch_dtype)
 
     if args.backward:
         dy = torch.randn(b, s, e, generator=torch.Generator().manual_seed(1)).to(torch_dtype)
@@ -71,7 +74,9 @@ def main():
         for n, grad in zip(blocks.GPT_PARAMS, grads):
             want = reference[n].grad
             want = mesh.shard_tensor(want, split[n], rank) if n in split else want
-            grad_error = max(grad_error, (grad.float().cpu() - want).abs().max().item())
+            error_n = (grad.float().cpu() - want).abs().max().item()
+            blocks.require_close(f"rank {rank} gradient of {n}", error_n, want, torch_dtype)
+            grad_error = max(grad_error, error_n)
         if args.print_program and rank == 0:
             print(backward.host_program())
         print(f"rank {rank}/{d} {args.form} backward: {len(grads)} gradients, communications "

@@ -1,13 +1,14 @@
-"""A Llama-style block forward, sharded over every rank: tensor parallel (TP) or sequence parallel (SP).
+"""A Llama-style block, sharded over every rank: tensor parallel (TP) or sequence parallel (SP).
 
     torchrun --nproc_per_node=2 examples/llama_block.py --form tp
-    torchrun --nproc_per_node=2 examples/llama_block.py --form sp --print-program
+    torchrun --nproc_per_node=2 examples/llama_block.py --form sp --backward --print-program
 
-RMSNorm -> column-parallel q/k/v -> RoPE (rotate_half from slice, neg and cat; cos/sin tables as
+RMSNorm -> column-parallel q/k/v (grouped-query: --kv-heads-per-rank key/value heads) -> RoPE (rotate_half from slice, neg and cat; cos/sin tables as
 inputs) -> causal attention on this rank's heads -> row-parallel output projection -> residual ->
 RMSNorm -> SiLU-gated MLP (column-parallel gate and up, row-parallel down) -> residual.
 TP: two Allreduce; SP: an Allgather before each column-parallel part, a ReduceScatter after each
-row-parallel linear. Runs on CPUs (Gloo) or GPUs (NCCL, bfloat16); checks its shard against
+row-parallel linear. With --backward, the backward definition runs on the forward's saved
+activations (TP: two Allreduces, each of summed partials). Runs on CPUs (Gloo) or GPUs (NCCL, bfloat16); checks its shard against
 unsharded PyTorch. The block itself lives in examples/transformer_blocks.py.
 """
 import argparse
@@ -25,36 +26,63 @@ def main():
     parser.add_argument("--form", choices=blocks.FORMS, default="tp")
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--seq", type=int, default=64)
-    parser.add_argument("--heads-per-rank", type=int, default=2)
+    parser.add_argument("--heads-per-rank", type=int, default=4)
+    parser.add_argument("--kv-heads-per-rank", type=int, default=2)
     parser.add_argument("--head-dim", type=int, default=64)
     parser.add_argument("--ffn-per-rank", type=int, default=344)
+    parser.add_argument("--backward", action="store_true")
     parser.add_argument("--print-program", action="store_true")
     args = parser.parse_args()
 
     comm = meshfuser.Communicator.instance()
     d, rank = comm.size(), comm.rank()
-    device = torch.device("cuda", comm.local_rank()) if torch.cuda.is_available() else torch.device("cpu")
+    # Ranks may share GPUs (CUDA tensors over Gloo, MESHFUSER_CUDA_BACKEND=gloo): wrap around them.
+    device = (torch.device("cuda", comm.local_rank() % torch.cuda.device_count()) if torch.cuda.is_available()
+              else torch.device("cpu"))
     torch_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     mesh = DeviceMesh(range(d))
     b, s, h, hd, ffn = args.batch, args.seq, args.heads_per_rank * d, args.head_dim, args.ffn_per_rank * d
-    e = h * hd
+    kvh, e = args.kv_heads_per_rank * d, h * hd
+    dtype = blocks.to_meshfuser_dtype(torch_dtype)
+    sp = args.form == "sp"
+    shard_seq = (lambda t: mesh.shard_tensor(t, 1, rank)) if sp else (lambda t: t)  # noqa: E731
     assert s % d == 0, f"--seq {s} must split evenly over {d} ranks"
     assert hd % 2 == 0, "RoPE rotates pairs: --head-dim must be even"
 
-    full = blocks.llama_parameters(b, s, e, hd, ffn, seed=0, dtype=torch_dtype)  # the same on every rank
+    # The same on every rank:
+    full = blocks.llama_parameters(b, s, e, hd, ffn, seed=0, dtype=torch_dtype, kv_heads=kvh)
     local = {n: t.to(device) for n, t in blocks.llama_shard(full, args.form, d, rank).items()}
     x = local.pop("x")
-    fd = blocks.llama_forward_definition(b, s, h, hd, ffn, d, args.form, blocks.to_meshfuser_dtype(torch_dtype))
+    fd = blocks.llama_forward_definition(b, s, h, hd, ffn, d, args.form, dtype, kvh, save=args.backward)
     with meshfuser.Profiler() as prof:
-        (out,) = fd.execute(blocks.llama_forward_inputs(x, local))
-    expected = blocks.llama_reference({n: t.float() for n, t in full.items()}, h)
-    if args.form == "sp":
-        expected = mesh.shard_tensor(expected, 1, rank)
-    error = (out.float().cpu() - expected).abs().max().item()
+        outputs = fd.execute(blocks.llama_forward_inputs(x, local))
+    reference = {n: t.float().requires_grad_(n in blocks.LLAMA_GRADS) for n, t in full.items()}
+    expected = blocks.llama_reference(reference, h)
+    error = (outputs[0].float().cpu() - shard_seq(expected.detach())).abs().max().item()
     if args.print_program and rank == 0:
         print(fd.host_program())
-    print(f"rank {rank}/{d} {args.form}: output {tuple(out.shape)} on {device}, communications "
+    print(f"rank {rank}/{d} {args.form}: output {tuple(outputs[0].shape)} on {device}, communications "
           f"{blocks.communications(prof.profile)}, max |error| vs PyTorch {error:.2e}")
+    blocks.require_close(f"rank {rank} output", error, expected.detach(), torch_dtype)
+
+    if args.backward:
+        dy = torch.randn(b, s, e, generator=torch.Generator().manual_seed(1)).to(torch_dtype)
+        expected.backward(dy.float())
+        backward = blocks.llama_backward_definition(b, s, h, hd, ffn, d, args.form, dtype, kvh)
+        with meshfuser.Profiler() as prof:
+            grads = backward.execute(blocks.llama_backward_inputs(shard_seq(dy).to(device), outputs, x, local))
+        split = blocks.LLAMA_SPLIT | ({"x": 1} if sp else {})
+        grad_error = 0.0
+        for n, grad in zip(blocks.LLAMA_GRADS, grads):
+            want = reference[n].grad
+            want = mesh.shard_tensor(want, split[n], rank) if n in split else want
+            error_n = (grad.float().cpu() - want).abs().max().item()
+            blocks.require_close(f"rank {rank} gradient of {n}", error_n, want, torch_dtype)
+            grad_error = max(grad_error, error_n)
+        if args.print_program and rank == 0:
+            print(backward.host_program())
+        print(f"rank {rank}/{d} {args.form} backward: {len(grads)} gradients, communications "
+              f"{blocks.communications(prof.profile)}, max |gradient error| vs autograd {grad_error:.2e}")
 
 
 if __name__ == "__main__":

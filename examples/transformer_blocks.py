@@ -2,14 +2,19 @@
 
 GPT block: LayerNorm -> column-parallel q/k/v -> causal attention on this rank's heads ->
 row-parallel output projection -> residual -> LayerNorm -> column-parallel GELU MLP -> row-parallel
-projection -> residual.  Llama-style block: RMSNorm -> column-parallel q/k/v -> RoPE -> causal
-attention -> row-parallel output projection -> residual -> RMSNorm -> column-parallel SiLU-gated MLP
--> row-parallel down projection -> residual.
+projection -> residual.  Llama-style block (bias-free): RMSNorm -> column-parallel q/k/v (grouped-query:
+fewer key/value heads) -> RoPE -> causal attention -> row-parallel output projection -> residual ->
+RMSNorm -> column-parallel SiLU-gated MLP -> row-parallel down projection -> residual.
 
 Forms: "tp" keeps activations replicated (an Allreduce after each row-parallel linear); "sp" splits
 them on the sequence (an Allgather before each column-parallel part, a ReduceScatter after each
-row-parallel linear).  The GPT backward is its own definition from the forward's saved activations;
+row-parallel linear).  Each backward is its own definition from the forward's saved activations;
 its communications mirror the forward's.
+
+Saved activations keep their producer's layout: q, k, v and the attention output are saved with
+their heads merged ([b, s, heads * head_dim], what the projections write and read), so splitting and
+merging heads in the backward are views and the attention kernels read and write the
+[b, s, heads, head_dim] layout in place: no copies between the GEMMs and attention.
 
 Conventions shared with meshfuser.dtensor.compile(define, backward=...):
 * the forward's outputs are the block output followed by the saved activations (GPT_SAVED);
@@ -29,6 +34,8 @@ GPT_PARAMS = ["x", "ln0_w", "ln0_b", "wq", "bq", "wk", "bk", "wv", "bv", "wo", "
 # kept whole (already gathered in SP form), so the backward's weight gradients need no Allgather.
 GPT_SAVED = ["ln0", "q", "k", "v", "attn", "lse", "seed", "offset", "res0", "ln1", "pre"]
 LLAMA_PARAMS = ["x", "cos", "sin", "norm0_w", "wq", "wk", "wv", "wo", "norm1_w", "w_gate", "w_up", "w_down"]
+# q and k after RoPE (what attention read); gate and up: the MLP's two projections before SiLU.
+LLAMA_SAVED = ["normed0", "q", "k", "v", "attn", "lse", "seed", "offset", "res0", "normed1", "gate", "up"]
 
 # Column-parallel weights and biases split their output features, row-parallel weights their input
 # features; everything else is replicated (TP) or, for activations, split on the sequence (SP).
@@ -60,9 +67,11 @@ def gpt_shapes(b, s, e):
             "b1": [4 * e], "w2": [e, 4 * e], "b2": [e]}
 
 
-def llama_shapes(b, s, e, hd, ffn):
-    return {"x": [b, s, e], "cos": [s, hd], "sin": [s, hd], "norm0_w": [e], "wq": [e, e], "wk": [e, e],
-            "wv": [e, e], "wo": [e, e], "norm1_w": [e], "w_gate": [ffn, e], "w_up": [ffn, e], "w_down": [e, ffn]}
+def llama_shapes(b, s, e, hd, ffn, kv_heads=None):
+    """kv_heads: key/value heads (grouped-query attention); None: as many as the query heads."""
+    kv = e if kv_heads is None else kv_heads * hd
+    return {"x": [b, s, e], "cos": [s, hd], "sin": [s, hd], "norm0_w": [e], "wq": [e, e], "wk": [kv, e],
+            "wv": [kv, e], "wo": [e, e], "norm1_w": [e], "w_gate": [ffn, e], "w_up": [ffn, e], "w_down": [e, ffn]}
 
 
 def _random(shapes, seed, dtype):
@@ -85,9 +94,9 @@ def rope_tables(s, hd, base=10000.0, dtype=torch.float32):
     return angles.cos().to(dtype), angles.sin().to(dtype)
 
 
-def llama_parameters(b, s, e, hd, ffn, seed=0, dtype=torch.float32):
+def llama_parameters(b, s, e, hd, ffn, seed=0, dtype=torch.float32, kv_heads=None):
     """The unsharded Llama-style block input "x", RoPE tables and parameters, from a seed."""
-    params = _random(llama_shapes(b, s, e, hd, ffn), seed, dtype)
+    params = _random(llama_shapes(b, s, e, hd, ffn, kv_heads), seed, dtype)
     params["cos"], params["sin"] = rope_tables(s, hd, dtype=dtype)
     return params
 
@@ -123,6 +132,11 @@ def gpt_backward_inputs(grad, forward_outputs, x, local):
 
 def llama_forward_inputs(x, local):
     return [x] + [local[n] for n in LLAMA_PARAMS[1:]]
+
+
+def llama_backward_inputs(grad, forward_outputs, x, local):
+    """As gpt_backward_inputs, for a Llama forward defined with save=True."""
+    return [grad] + list(forward_outputs[1:]) + llama_forward_inputs(x, local)
 
 
 # ---- building blocks of definitions ----------------------------------------------------------------
@@ -165,14 +179,27 @@ def merge_heads(fd, t, b, s, e):
     return fd.ops.reshape(fd.ops.permute(t, [0, 2, 1, 3]), [b, s, e])
 
 
+def _halves(fd, t, hd):
+    """The two halves of t's last axis (head_dim)."""
+    shape, rank = list(t.shape), len(t.shape)
+    first = fd.ops.slice(t, [0] * rank, shape[:-1] + [hd // 2])
+    second = fd.ops.slice(t, [0] * (rank - 1) + [hd // 2], shape[:-1] + [hd])
+    return first, second
+
+
 def rotary(fd, t, cos, sin, hd):
-    """RoPE on [b, h, s, hd]: t * cos + rotate_half(t) * sin, rotate_half = cat(-t[hd/2:], t[:hd/2])."""
-    b, h, s, _ = t.shape
-    half = hd // 2
-    first = fd.ops.slice(t, [0, 0, 0, 0], [b, h, s, half])
-    second = fd.ops.slice(t, [0, 0, 0, half], [b, h, s, hd])
-    rotated = fd.ops.cat([fd.ops.neg(second), first], 3)
+    """RoPE: t * cos + rotate_half(t) * sin, rotate_half = cat(-t[hd/2:], t[:hd/2]) on the last axis;
+    cos and sin broadcast against t ([b, h, s, hd] with [s, hd] tables, [b, s, h, hd] with [s, 1, hd])."""
+    first, second = _halves(fd, t, hd)
+    rotated = fd.ops.cat([fd.ops.neg(second), first], len(t.shape) - 1)
     return fd.ops.add(fd.ops.mul(t, cos), fd.ops.mul(rotated, sin))
+
+
+def rotary_backward(fd, dy, cos, sin, hd):
+    """rotary's input gradient: dy * cos + rotate_half^T(dy * sin), rotate_half^T(g) =
+    cat(g[hd/2:], -g[:hd/2]) (rotate_half is a signed permutation; this is its transpose)."""
+    first, second = _halves(fd, fd.ops.mul(dy, sin), hd)
+    return fd.ops.add(fd.ops.mul(dy, cos), fd.ops.cat([second, fd.ops.neg(first)], len(dy.shape) - 1))
 
 
 def _annotate(fd_tensors, mesh, split):
@@ -208,15 +235,16 @@ def define_gpt_forward(fd, b, s, h, hd, dtype=DataType.Float, mesh=None, form="t
     t = {n: fd.define_tensor(shape, dtype=dtype) for n, shape in gpt_shapes(b, s, e).items()}
     sp = mesh is not None and form == "sp"
     ln0 = _gather(fd, layer_norm(fd, t["x"], t["ln0_w"], t["ln0_b"], e, dtype), mesh if sp else None)
-    q, k, v = (split_heads(fd, fd.ops.linear(ln0, t[f"w{n}"], t[f"b{n}"]), b, s, h, hd) for n in "qkv")
-    attn, lse, seed, offset = fd.ops.sdpfa_fwd(q, k, v, is_causal=True)
-    proj = fd.ops.linear(merge_heads(fd, attn, b, s, e), t["wo"], t["bo"])
+    flat = [fd.ops.linear(ln0, t[f"w{n}"], t[f"b{n}"]) for n in "qkv"]
+    attn, lse, seed, offset = fd.ops.sdpfa_fwd(*(split_heads(fd, tv, b, s, h, hd) for tv in flat), is_causal=True)
+    attn_flat = merge_heads(fd, attn, b, s, e)
+    proj = fd.ops.linear(attn_flat, t["wo"], t["bo"])
     res0 = fd.ops.add(t["x"], proj)
     ln1 = _gather(fd, layer_norm(fd, res0, t["ln1_w"], t["ln1_b"], e, dtype), mesh if sp else None)
     pre = fd.ops.linear(ln1, t["w1"], t["b1"])
     mlp = fd.ops.linear(fd.ops.gelu(pre), t["w2"], t["b2"])
     out = fd.ops.add(res0, mlp)
-    for tv in (out, ln0, q, k, v, attn, lse, seed, offset, res0, ln1, pre):
+    for tv in (out, ln0, *flat, attn_flat, lse, seed, offset, res0, ln1, pre):
         fd.add_output(tv)
     if mesh is not None:
         _annotate(t, mesh, _split_axes(GPT_SPLIT, form))
@@ -256,12 +284,13 @@ def gelu_backward(fd, dy, x):
     return fd.ops.mul(dy, fd.ops.add(cdf, fd.ops.mul(x, pdf)))
 
 
-def linear_backward(fd, dy, x, w, rows):
-    """dx, dw, db of linear(x, w, b) on [b, s, .] activations (rows = b * s)."""
+def linear_backward(fd, dy, x, w, rows, bias=True):
+    """dx, dw, db (None without a bias) of linear(x, w, b) on [b, s, .] activations (rows = b * s).
+    dw reads dy and x in place: the transpose is the GEMM's layout flag, not a copy."""
     n_out, n_in = w.shape
     dx = fd.ops.matmul(dy, w)
     dw = fd.ops.matmul(fd.ops.permute(fd.ops.reshape(dy, [rows, n_out]), [1, 0]), fd.ops.reshape(x, [rows, n_in]))
-    return dx, dw, fd.ops.sum(dy, [0, 1])
+    return dx, dw, fd.ops.sum(dy, [0, 1]) if bias else None
 
 
 def define_gpt_backward(fd, b, s, h, hd, dtype=DataType.Float, mesh=None, form="tp"):
@@ -273,9 +302,8 @@ def define_gpt_backward(fd, b, s, h, hd, dtype=DataType.Float, mesh=None, form="
     the q, k and v ones before one Allreduce (sum_partials), so two Allreduces in all."""
     e, rows = h * hd, b * s
     shapes = gpt_shapes(b, s, e)
-    saved_shapes = {"ln0": [b, s, e], "q": [b, h, s, hd], "k": [b, h, s, hd], "v": [b, h, s, hd],
-                    "attn": [b, h, s, hd], "lse": [b, h, s], "res0": [b, s, e], "ln1": [b, s, e],
-                    "pre": [b, s, 4 * e]}
+    saved_shapes = {"ln0": [b, s, e], "q": [b, s, e], "k": [b, s, e], "v": [b, s, e], "attn": [b, s, e],
+                    "lse": [b, h, s], "res0": [b, s, e], "ln1": [b, s, e], "pre": [b, s, 4 * e]}
     dy = fd.define_tensor([b, s, e], dtype=dtype)
     t = {}
     for n in GPT_SAVED:
@@ -299,11 +327,10 @@ def define_gpt_backward(fd, b, s, h, hd, dtype=DataType.Float, mesh=None, form="
     d_res0 = fd.ops.add(d_res0, dy)
     # Attention: res0 = x + linear(merge_heads(attn), wo, bo).
     d_res0_whole = gather(d_res0)
-    attn_flat = merge_heads(fd, t["attn"], b, s, e)
-    d_attn_flat, d_wo, d_bo = linear_backward(fd, d_res0_whole, attn_flat, p["wo"], rows)
-    d_attn = split_heads(fd, d_attn_flat, b, s, h, hd)
-    grads = fd.ops.sdpfa_bwd(d_attn, t["q"], t["k"], t["v"], t["attn"], t["lse"], 0.0, True, t["seed"],
-                             t["offset"])
+    d_attn_flat, d_wo, d_bo = linear_backward(fd, d_res0_whole, t["attn"], p["wo"], rows)
+    heads = {n: split_heads(fd, t[n], b, s, h, hd) for n in ("q", "k", "v", "attn")}
+    grads = fd.ops.sdpfa_bwd(split_heads(fd, d_attn_flat, b, s, h, hd), heads["q"], heads["k"], heads["v"],
+                             heads["attn"], t["lse"], 0.0, True, t["seed"], t["offset"])
     d_ln0, d_proj = None, {}
     for n, grad in zip("qkv", grads):
         flat = merge_heads(fd, grad, b, s, e)
@@ -320,7 +347,7 @@ def define_gpt_backward(fd, b, s, h, hd, dtype=DataType.Float, mesh=None, form="
         split = _split_axes(GPT_SPLIT, form)
         if sp:
             split.update(dy=SEQUENCE_AXIS, res0=SEQUENCE_AXIS)
-        split.update(q=1, k=1, v=1, attn=1, lse=1, pre=2)  # heads, and the MLP's hidden features
+        split.update(q=2, k=2, v=2, attn=2, lse=1, pre=2)  # heads, and the MLP's hidden features
         _annotate({"dy": dy, **t, **p}, mesh, split)
         if sp:
             for tv in partial_outputs:
@@ -352,22 +379,42 @@ def gpt_reference(p, h):
 
 # ---- Llama-style block -----------------------------------------------------------------------------
 
-def define_llama_forward(fd, b, s, h, hd, ffn, dtype=DataType.Float, mesh=None, form="tp"):
+def _llama_heads(h, kv_heads):
+    return {"q": h, "k": h if kv_heads is None else kv_heads, "v": h if kv_heads is None else kv_heads}
+
+
+def _rope_tables(fd, t):
+    """cos and sin as [s, 1, hd]: they broadcast over the heads of [b, s, heads, hd] (a broadcast, not
+    a reshape: it stays inside the generated kernels that read it)."""
+    return (fd.ops.broadcast(t[n], [False, True, False]) for n in ("cos", "sin"))
+
+
+def define_llama_forward(fd, b, s, h, hd, ffn, dtype=DataType.Float, mesh=None, form="tp", kv_heads=None,
+                         save=False):
     """The Llama-style block forward in fd: inputs LLAMA_PARAMS (cos/sin: [s, hd] RoPE tables),
-    output the block output."""
-    e = h * hd
-    t = {n: fd.define_tensor(shape, dtype=dtype) for n, shape in llama_shapes(b, s, e, hd, ffn).items()}
+    output the block output, then with save=True LLAMA_SAVED. kv_heads: key/value heads
+    (grouped-query attention), a divisor of h; on a mesh each rank takes whole groups."""
+    e, heads = h * hd, _llama_heads(h, kv_heads)
+    t = {n: fd.define_tensor(shape, dtype=dtype) for n, shape in llama_shapes(b, s, e, hd, ffn, kv_heads).items()}
     sp = mesh is not None and form == "sp"
-    normed = _gather(fd, rms_norm(fd, t["x"], t["norm0_w"], e, dtype), mesh if sp else None)
-    q, k, v = (split_heads(fd, fd.ops.linear(normed, t[f"w{n}"]), b, s, h, hd) for n in "qkv")
-    q, k = (rotary(fd, tv, t["cos"], t["sin"], hd) for tv in (q, k))
-    attn, _, _, _ = fd.ops.sdpfa_fwd(q, k, v, is_causal=True)
-    proj = fd.ops.linear(merge_heads(fd, attn, b, s, e), t["wo"])
+    normed0 = _gather(fd, rms_norm(fd, t["x"], t["norm0_w"], e, dtype), mesh if sp else None)
+    # RoPE runs in the projections' [b, s, heads, hd] layout: attention reads q, k and v in place.
+    cos, sin = _rope_tables(fd, t)
+    bshd = {n: fd.ops.reshape(fd.ops.linear(normed0, t[f"w{n}"]), [b, s, heads[n], hd]) for n in "qkv"}
+    bshd["q"], bshd["k"] = (rotary(fd, bshd[n], cos, sin, hd) for n in "qk")
+    attn, lse, seed, offset = fd.ops.sdpfa_fwd(*(fd.ops.permute(bshd[n], [0, 2, 1, 3]) for n in "qkv"),
+                                               is_causal=True)
+    attn_flat = merge_heads(fd, attn, b, s, e)
+    proj = fd.ops.linear(attn_flat, t["wo"])
     res0 = fd.ops.add(t["x"], proj)
     normed1 = _gather(fd, rms_norm(fd, res0, t["norm1_w"], e, dtype), mesh if sp else None)
-    gated = fd.ops.mul(fd.ops.silu(fd.ops.linear(normed1, t["w_gate"])), fd.ops.linear(normed1, t["w_up"]))
-    down = fd.ops.linear(gated, t["w_down"])
+    gate, up = fd.ops.linear(normed1, t["w_gate"]), fd.ops.linear(normed1, t["w_up"])
+    down = fd.ops.linear(fd.ops.mul(fd.ops.silu(gate), up), t["w_down"])
     fd.add_output(fd.ops.add(res0, down))
+    if save:
+        flat = [fd.ops.reshape(bshd[n], [b, s, heads[n] * hd]) for n in "qkv"]
+        for tv in (normed0, *flat, attn_flat, lse, seed, offset, res0, normed1, gate, up):
+            fd.add_output(tv)
     if mesh is not None:
         _annotate(t, mesh, _split_axes(LLAMA_SPLIT, form))
         if sp:
@@ -376,11 +423,113 @@ def define_llama_forward(fd, b, s, h, hd, ffn, dtype=DataType.Float, mesh=None, 
     return t
 
 
-def llama_forward_definition(b, s, h, hd, ffn, d, form, dtype=DataType.Float):
+def llama_forward_definition(b, s, h, hd, ffn, d, form, dtype=DataType.Float, kv_heads=None, save=False):
     _check_form(form)
     fd = FusionDefinition()
     with fd:
-        define_llama_forward(fd, b, s, h, hd, ffn, dtype, DeviceMesh(range(d)), form)
+        define_llama_forward(fd, b, s, h, hd, ffn, dtype, DeviceMesh(range(d)), form, kv_heads, save)
+    return fd
+
+
+def rms_norm_backward(fd, dy, x, w, e, dtype):
+    """dx, dw of RMSNorm over the last axis (1/rms recomputed from x): with xhat = x / rms,
+    dx = (dy * w - xhat * mean(dy * w * xhat)) / rms."""
+    dy, x = _float(fd, dy, dtype), _float(fd, x, dtype)
+    mean_square = fd.ops.div(fd.ops.sum(fd.ops.mul(x, x), [2], keepdim=True), float(e))
+    rstd = fd.ops.rsqrt(fd.ops.add(mean_square, EPS))
+    xhat = fd.ops.mul(x, rstd)
+    dw = fd.ops.sum(fd.ops.mul(dy, xhat), [0, 1])
+    dxhat = fd.ops.mul(dy, w)
+    mean_dxhat_xhat = fd.ops.div(fd.ops.sum(fd.ops.mul(dxhat, xhat), [2], keepdim=True), float(e))
+    dx = fd.ops.mul(rstd, fd.ops.sub(dxhat, fd.ops.mul(xhat, mean_dxhat_xhat)))
+    return _back(fd, dx, dtype), _back(fd, dw, dtype)
+
+
+def swiglu_backward(fd, dy, gate, up):
+    """d_gate, d_up of silu(gate) * up (SiLU recomputed: pointwise), silu'(g) = sig(g) (1 + g (1 - sig(g)))."""
+    sig = fd.ops.sigmoid(gate)
+    d_up = fd.ops.mul(dy, fd.ops.mul(gate, sig))
+    slope = fd.ops.mul(sig, fd.ops.add(fd.ops.sub(gate, fd.ops.mul(gate, sig)), 1.0))
+    return fd.ops.mul(fd.ops.mul(dy, up), slope), d_up
+
+
+# What the Llama backward differentiates: every input but the RoPE tables.
+LLAMA_GRADS = [n for n in LLAMA_PARAMS if n not in ("cos", "sin")]
+
+
+def define_llama_backward(fd, b, s, h, hd, ffn, dtype=DataType.Float, mesh=None, form="tp", kv_heads=None):
+    """The Llama-style block backward in fd: inputs dy, LLAMA_SAVED, LLAMA_PARAMS; outputs one
+    gradient per LLAMA_GRADS entry. Communications as define_gpt_backward's: TP sums the gate and up
+    input-gradient partials before one Allreduce and the q, k and v ones before another; SP gathers
+    the gradient before each row-parallel linear's backward, reduce-scatters the column-parallel
+    input gradients and Allreduces the RMSNorm weight gradients."""
+    e, rows, heads = h * hd, b * s, _llama_heads(h, kv_heads)
+    kv = heads["k"] * hd
+    saved_shapes = {"normed0": [b, s, e], "q": [b, s, e], "k": [b, s, kv], "v": [b, s, kv], "attn": [b, s, e],
+                    "lse": [b, h, s], "res0": [b, s, e], "normed1": [b, s, e], "gate": [b, s, ffn],
+                    "up": [b, s, ffn]}
+    dy = fd.define_tensor([b, s, e], dtype=dtype)
+    t = {}
+    for n in LLAMA_SAVED:
+        if n in ("seed", "offset"):
+            t[n] = fd.define_tensor([], dtype=DataType.Int)
+        else:
+            t[n] = fd.define_tensor(saved_shapes[n], dtype=DataType.Float if n == "lse" else dtype)
+    p = {n: fd.define_tensor(shape, dtype=dtype) for n, shape in llama_shapes(b, s, e, hd, ffn, kv_heads).items()}
+    sp = mesh is not None and form == "sp"
+    gather = (lambda tv: _gather(fd, tv, mesh)) if sp else (lambda tv: tv)  # noqa: E731
+    partial_outputs = []  # column-parallel input gradients: ReduceScatter (SP) or Allreduce (TP)
+    d = {}
+
+    # MLP: out = res0 + linear(silu(gate) * up, w_down), gate/up = linear(normed1, w_gate/w_up).
+    dy_whole = gather(dy)
+    gated = fd.ops.mul(fd.ops.silu(t["gate"]), t["up"])
+    d_gated, d["w_down"], _ = linear_backward(fd, dy_whole, gated, p["w_down"], rows, bias=False)
+    d_gate, d_up = swiglu_backward(fd, d_gated, t["gate"], t["up"])
+    d_from_gate, d["w_gate"], _ = linear_backward(fd, d_gate, t["normed1"], p["w_gate"], rows, bias=False)
+    d_from_up, d["w_up"], _ = linear_backward(fd, d_up, t["normed1"], p["w_up"], rows, bias=False)
+    partial_outputs += [d_from_gate, d_from_up]
+    d_res0, d["norm1_w"] = rms_norm_backward(fd, fd.ops.add(d_from_gate, d_from_up), t["res0"], p["norm1_w"], e,
+                                             dtype)
+    d_res0 = fd.ops.add(d_res0, dy)
+    # Attention: res0 = x + linear(attn, wo); q and k rotated after their projections.
+    d_attn, d["wo"], _ = linear_backward(fd, gather(d_res0), t["attn"], p["wo"], rows, bias=False)
+    grads = fd.ops.sdpfa_bwd(split_heads(fd, d_attn, b, s, h, hd),
+                             *(split_heads(fd, t[n], b, s, heads.get(n, h), hd) for n in ("q", "k", "v", "attn")),
+                             t["lse"], 0.0, True, t["seed"], t["offset"])
+    cos, sin = _rope_tables(fd, p)
+    d_normed0 = None
+    for n, grad in zip("qkv", grads):
+        g = fd.ops.permute(grad, [0, 2, 1, 3])  # [b, s, heads, hd]: a view of the kernel's layout
+        if n != "v":
+            g = rotary_backward(fd, g, cos, sin, hd)
+        d_in, d[f"w{n}"], _ = linear_backward(fd, fd.ops.reshape(g, [b, s, heads[n] * hd]), t["normed0"],
+                                              p[f"w{n}"], rows, bias=False)
+        partial_outputs.append(d_in)
+        d_normed0 = d_in if d_normed0 is None else fd.ops.add(d_normed0, d_in)
+    d_x, d["norm0_w"] = rms_norm_backward(fd, d_normed0, p["x"], p["norm0_w"], e, dtype)
+    d["x"] = fd.ops.add(d_x, d_res0)
+    for n in LLAMA_GRADS:
+        fd.add_output(d[n])
+    if mesh is not None:
+        split = _split_axes(LLAMA_SPLIT, form)
+        if sp:
+            split.update(dy=SEQUENCE_AXIS, res0=SEQUENCE_AXIS)
+        split.update(q=2, k=2, v=2, attn=2, lse=1, gate=2, up=2)  # heads, and the MLP's hidden features
+        _annotate({"dy": dy, **t, **p}, mesh, split)
+        if sp:
+            for tv in partial_outputs:
+                _split_on_mesh(tv, SEQUENCE_AXIS, mesh)
+    return d
+
+
+def llama_backward_definition(b, s, h, hd, ffn, d, form, dtype=DataType.Float, kv_heads=None):
+    """A FusionDefinition of the Llama-style block backward on d ranks, from the forward's saved
+    outputs (llama_forward_definition(..., save=True))."""
+    _check_form(form)
+    fd = FusionDefinition()
+    with fd:
+        define_llama_backward(fd, b, s, h, hd, ffn, dtype, DeviceMesh(range(d)), form, kv_heads)
     return fd
 
 
@@ -394,14 +543,15 @@ def _rotate_half(t):
 
 
 def llama_reference(p, h):
-    """The Llama-style block forward in PyTorch on unsharded tensors."""
+    """The Llama-style block forward in PyTorch on unsharded tensors (autograd-friendly); the
+    key/value heads are wk's rows over the head size."""
     x = p["x"]
     b, s, e = x.shape
     hd = e // h
     normed = _rms_norm_reference(x, p["norm0_w"])
-    q, k, v = (F.linear(normed, p[f"w{n}"]).view(b, s, h, hd).transpose(1, 2) for n in "qkv")
+    q, k, v = (F.linear(normed, p[f"w{n}"]).view(b, s, -1, hd).transpose(1, 2) for n in "qkv")
     q, k = (t * p["cos"] + _rotate_half(t) * p["sin"] for t in (q, k))
-    attn = F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(b, s, e)
+    attn = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).transpose(1, 2).reshape(b, s, e)
     res0 = x + F.linear(attn, p["wo"])
     normed1 = _rms_norm_reference(res0, p["norm1_w"])
     return res0 + F.linear(F.silu(F.linear(normed1, p["w_gate"])) * F.linear(normed1, p["w_up"]), p["w_down"])
@@ -413,3 +563,11 @@ def communications(profile):
     return communication_kinds([k.name for k in profile.kernel_profiles if k.scheduler == "communication"])
 
 
+def require_close(what, error, expected, torch_dtype):
+    """Ends the example with an error when `error` (max |result - reference|) is larger than the
+    dtype allows relative to the reference's magnitude: the examples double as checks (scripts/test
+    runs them on ranks sharing a GPU)."""
+    relative = 1e-3 if torch_dtype == torch.float32 else 5e-2  # bfloat16 keeps 8 bits of mantissa
+    limit = relative * max(1.0, expected.abs().max().item())
+    if not error <= limit:
+        raise SystemExit(f"{what}: max |error| {error:.3e} exceeds {limit:.3e}")

@@ -31,9 +31,6 @@ at::Tensor fold4d(const at::Tensor& t) {
   return t.reshape({batch, t.size(-3), t.size(-2), t.size(-1)});
 }
 
-// Folded and contiguous: the CPU kernels assume a unit stride along head_dim and more (a transposed
-// v gave wrong attention, silently).
-at::Tensor to4d(const at::Tensor& t) { return fold4d(t).contiguous(); }
 
 at::Tensor padLastDim(const at::Tensor& t, int64_t size) {
   return t.size(-1) == size ? t : at::constant_pad_nd(t, {0, size - t.size(-1)}, 0);
@@ -53,19 +50,39 @@ struct KernelCall {
   bool fused() const { return kernel != AttentionKernel::Math && kernel != AttentionKernel::CpuFlash; }
   at::Tensor pad(const at::Tensor& t) const { return fused() ? padLastDim(t, q.size(-1)) : t; }
   at::Tensor unpad(const at::Tensor& t) const { return t.size(-1) == head_dim ? t : t.narrow(-1, 0, head_dim); }
-  // A key/value gradient of the repeated heads, summed back onto the heads the caller has.
+  // A key/value gradient of the repeated heads, summed back onto the heads the caller has, in the
+  // [batch, seq, heads, head_dim] layout (so that merging its heads after is a view).
   at::Tensor ungroup(const at::Tensor& t) const {
     if (kv_groups == 1) return t;
-    return t.reshape({t.size(0), t.size(1) / kv_groups, kv_groups, t.size(2), t.size(3)})
-        .sum(2, /*keepdim=*/false, at::kFloat)
-        .to(t.scalar_type());
+    at::Tensor bshd = t.transpose(1, 2);
+    return bshd.reshape({t.size(0), t.size(2), t.size(1) / kv_groups, kv_groups, t.size(3)})
+        .sum(3, /*keepdim=*/false, at::kFloat)
+        .to(t.scalar_type())
+        .transpose(1, 2);
   }
 };
 
-// The fused CUDA kernels read any layout with a unit stride along head_dim (q, k and v permuted out
-// of [batch, seq, heads, head_dim] are read in place, and the output comes back in that layout, so
-// merging the heads after is a view): no copy unless head_dim is strided.
-at::Tensor to4dStrided(const at::Tensor& t) { return t.is_cuda() && t.stride(-1) == 1 ? fold4d(t) : to4d(t); }
+// Key/value heads repeated for grouped-query attention, [batch, heads, seq, head_dim] laid out as
+// [batch, seq, heads, head_dim]: the kernels write the gradients in their input's layout.
+at::Tensor repeatHeads(const at::Tensor& t, int64_t groups) {
+  at::Tensor bshd = t.transpose(1, 2);
+  return bshd.unsqueeze(3)
+      .expand({t.size(0), t.size(2), t.size(1), groups, t.size(3)})
+      .reshape({t.size(0), t.size(2), t.size(1) * groups, t.size(3)})
+      .transpose(1, 2);
+}
+
+// The kernels (fused CUDA ones and PyTorch's CPU flash attention) read any layout with a unit
+// stride along head_dim: q, k and v permuted out of [batch, seq, heads, head_dim] are read in
+// place, and the output and the gradients come back in that layout, so merging the heads after is
+// a view. A strided head_dim (a transposed v gave wrong attention on CPU, silently) or a broadcast
+// axis (stride 0) is copied first.
+at::Tensor to4dStrided(const at::Tensor& t) {
+  at::Tensor folded = fold4d(t);
+  bool in_place = folded.stride(-1) == 1;
+  for (int64_t d = 0; d < folded.dim(); ++d) in_place = in_place && (folded.stride(d) != 0 || folded.size(d) <= 1);
+  return in_place ? folded : folded.contiguous();
+}
 
 // The attention op's attributes (its registry entry declares them).
 struct AttentionAttrs {
@@ -88,8 +105,8 @@ KernelCall prepare(const Expr* e, const at::Tensor& q, const at::Tensor& k, cons
   // kernels get them repeated (as PyTorch's math path does) and the backward sums the groups.
   c.kv_groups = c.q.size(1) / c.k.size(1);
   if (c.kv_groups > 1) {
-    c.k = c.k.repeat_interleave(c.kv_groups, 1);
-    c.v = c.v.repeat_interleave(c.kv_groups, 1);
+    c.k = repeatHeads(c.k, c.kv_groups);
+    c.v = repeatHeads(c.v, c.kv_groups);
   }
   c.scale = a.scale.value_or(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
   int64_t padded = (c.head_dim + kHeadDimMultiple - 1) / kHeadDimMultiple * kHeadDimMultiple;

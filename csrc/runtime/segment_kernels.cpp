@@ -56,6 +56,21 @@ bool sameArgs(const std::vector<KernelTensorArg>& a, const std::vector<KernelTen
   return true;
 }
 
+// Whether every tensor the piece produces shares its storage with a tensor it reads (views: an
+// ATen reshape of a tensor laid out for it moves no data; one that is not copies).
+bool onlyAliases(const KernelSegment& segment, const SegmentKernels::Values& values) {
+  if (segment.outputs.empty()) return false;
+  for (const TensorView* out : segment.outputs) {
+    const at::Tensor& result = values.at(out);
+    bool aliases = false;
+    for (const Val* in : segment.inputs) {
+      aliases = aliases || (in->isTensor() && result.is_alias_of(values.at(in)));
+    }
+    if (!aliases) return false;
+  }
+  return true;
+}
+
 std::string sizesText(const std::vector<KernelTensorArg>& args) {
   std::string text;
   for (const KernelTensorArg& a : args) text += (text.empty() ? "" : ", ") + listText(a.sizes);
@@ -154,6 +169,11 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
       if (p.kernel) {
         for (const TensorView* out : p.segment.outputs) values[out] = values.at(out).contiguous();
       }
+    }
+    // A reshape of a tensor laid out for it is a view too: nothing to generate, nothing moved.
+    if (!p.kernel && !p.views_only && onlyAliases(p.segment, values)) {
+      p.why_not = "only views of its inputs (ATen moved no data)";
+      p.views_only = true;
     }
     if (!p.kernel && !p.views_only && isDumpEnabled(DumpOption::Fallback)) {
       for (const Expr* e : p.exprs) {

@@ -38,19 +38,24 @@ def test_gpt_block_example_matches_pytorch(form):
 
 @pytest.mark.parametrize("form", ["tp", "sp"])
 def test_llama_block_example_matches_pytorch(form):
-    stdout = _run_example("llama_block.py", "--form", form, "--seq", "8", "--head-dim", "8", "--ffn-per-rank", "24")
+    stdout = _run_example("llama_block.py", "--form", form, "--seq", "8", "--head-dim", "8", "--ffn-per-rank", "24",
+                          "--backward")
     assert _max_error(r"max \|error\| vs PyTorch", stdout) < 1e-4, stdout
+    assert _max_error(r"max \|gradient error\| vs autograd", stdout) < 1e-4, stdout
 
 
-def test_transformer_block_benchmark_runs_on_cpu(tmp_path):
+@pytest.mark.parametrize("block", ["gpt", "llama"])
+def test_transformer_block_benchmark_runs_on_cpu(tmp_path, block):
     """The benchmark's CPU smoke run: its own check of meshfuser against eager passes and it prints
-    the table (torch.compile left out to keep this quick)."""
+    the table (torch.compile left out to keep this quick); the Llama-style block with 2 key/value
+    heads for 4 query heads."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")]),
                MESHFUSER_BENCH_DIR=str(tmp_path))
     for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(var, None)
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "transformer_block.py"), "--iters", "1",
-                          "--no-compile", "--seq", "16", "--hidden", "32", "--heads", "2"], env=env,
+                          "--no-compile", "--seq", "16", "--hidden", "32", "--heads", "4", "--kv-heads", "2",
+                          "--ffn", "48", "--block", block], env=env,
                          capture_output=True, text=True, timeout=120, cwd=ROOT / "benchmarks")
     assert run.returncode == 0, run.stderr
     assert "meshfuser" in run.stdout and "eager" in run.stdout, run.stdout

@@ -48,10 +48,11 @@ def test_gpt_block_forward_then_backward_from_saved_activations(multidevice_test
     assert len(outputs) == 1 + len(blocks.GPT_SAVED)
     shard_seq = (lambda t: mesh.shard_tensor(t, 1, rank)) if sp else (lambda t: t)  # noqa: E731
     torch.testing.assert_close(outputs[0].cpu(), shard_seq(expected_out), **TOL)
-    # The saved activations have the shapes the backward expects: heads and MLP features split,
-    # ln0/ln1 whole, res0 like the activations.
+    # The saved activations have the shapes the backward expects: heads (merged, as the projections
+    # write them) and MLP features split, ln0/ln1 whole, res0 like the activations.
     saved = dict(zip(blocks.GPT_SAVED, outputs[1:]))
-    assert saved["q"].shape == (b, h // d, s, hd) and saved["pre"].shape == (b, s, 4 * e // d)
+    assert saved["q"].shape == (b, s, e // d) and saved["attn"].shape == (b, s, e // d)
+    assert saved["lse"].shape == (b, h // d, s) and saved["pre"].shape == (b, s, 4 * e // d)
     assert saved["ln0"].shape == (b, s, e) and saved["ln1"].shape == (b, s, e)
     assert saved["res0"].shape == (b, s // d if sp else s, e)
 

@@ -48,7 +48,8 @@ def test_column_parallel_grouped_mm(multidevice_test):
         _shard(w, mesh, 2)
         _shard(out, mesh, 1)
     ut, uw = torch.randn(7, 8), torch.randn(3, 8, d * 4)
-    inputs = [ut, multidevice_test.shard_tensor(uw, 2, mesh), offs]
+    dev = multidevice_test.device
+    inputs = [ut.to(dev), multidevice_test.shard_tensor(uw, 2, mesh), offs.to(dev)]
     (out_t,) = fd.execute(inputs)
     torch.testing.assert_close(out_t.cpu(), mesh.shard_tensor(_grouped(ut, uw, offs), 1, multidevice_test.rank))
     assert fd.get_output_shardings()[0].axis_sharded_on(ParallelType.mesh_x) == 1
@@ -68,7 +69,8 @@ def test_grouped_mm_token_rows_are_gathered(multidevice_test):
         w.set_device_mesh(mesh)
         o.set_device_mesh(mesh)
     ut, uw = torch.randn(4 * d, 8), torch.randn(3, 8, 5)
-    inputs = [multidevice_test.shard_tensor(ut, 0, mesh), uw, offs]
+    dev = multidevice_test.device
+    inputs = [multidevice_test.shard_tensor(ut, 0, mesh), uw.to(dev), offs.to(dev)]
     (out_t,) = fd.execute(inputs)
     torch.testing.assert_close(out_t.cpu(), _grouped(ut, uw, offs))
     assert _communications(fd, inputs) == (["Allgather"] if d > 1 else [])
