@@ -3,6 +3,7 @@
 
 #include "bindings/bind.h"
 #include "ir/fusion.h"
+#include "ir/build_op.h"
 #include "ir/ops.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
@@ -271,6 +272,28 @@ void bindIr(py::module& m) {
   ops.def("index_add", keepsFusion(&indexAdd), py::arg("x"), py::arg("dim"), py::arg("index"), py::arg("src"));
   ops.def("cumsum", keepsFusion(&cumsum), py::arg("x"), py::arg("dim"), py::arg("dtype") = py::none());
   ops.def("bincount", keepsFusion(&bincount), py::arg("x"), py::arg("minlength"));
+  // Any registry op by name (fd.ops' functions for ops the registry defines alone): attributes
+  // from Python values (bool, int, float, None, DataType, list of ints) by their declared names.
+  ops.def(
+      "build",
+      [](const std::string& name, const std::vector<Val*>& operands, const py::dict& attrs) -> py::object {
+        Attributes given;
+        for (const auto& [key, value] : attrs) {
+          const std::string k = py::str(key);
+          if (py::isinstance<py::bool_>(value)) given.set(k, value.cast<bool>());
+          else if (py::isinstance<py::int_>(value)) given.set(k, value.cast<int64_t>());
+          else if (py::isinstance<py::float_>(value)) given.set(k, value.cast<double>());
+          else if (value.is_none()) given.set(k, OptionalFloat());
+          else if (py::isinstance<DataType>(value)) given.set(k, value.cast<DataType>());
+          else given.set(k, value.cast<std::vector<int64_t>>());
+        }
+        std::vector<Val*> outs = buildOp(name, operands, given);
+        if (outs.size() == 1) return owned(outs[0]);
+        py::tuple t(outs.size());
+        for (size_t i = 0; i < outs.size(); ++i) t[i] = owned(outs[i]);
+        return t;
+      },
+      py::arg("name"), py::arg("operands"), py::arg("attrs"));
   py::enum_<OpType> op_type(m, "OpType");
   for (const OpInfo& info : allOps()) op_type.value(info.name, info.op);
   // The registry as Python sees it: fd.ops builds its plain unary and binary functions from it.

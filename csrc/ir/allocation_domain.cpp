@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <set>
 
+#include "ir/fusion.h"
 #include "ir/nodes.h"
 #include "support/error.h"
 #include "support/text.h"

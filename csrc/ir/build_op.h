@@ -18,6 +18,9 @@ std::vector<Val*> buildOp(const std::string& name, const std::vector<Val*>& oper
 
 // The OpInfo::build functions (op_builders.cpp), one per family of builder signatures.
 namespace builders {
+// An output of operand 0's shape and dtype, the op's attributes as given (completed and checked by
+// newExpr): ops whose meaning is all in their registry entry (triu).
+std::vector<Val*> shapedLikeInput(OpType op, const std::vector<Val*>& in, const Attributes& a);
 std::vector<Val*> unary(OpType op, const std::vector<Val*>& in, const Attributes& a);
 std::vector<Val*> cast(OpType op, const std::vector<Val*>& in, const Attributes& a);
 std::vector<Val*> binary(OpType op, const std::vector<Val*>& in, const Attributes& a);

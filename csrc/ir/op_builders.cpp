@@ -98,6 +98,16 @@ std::vector<Val*> buildOp(const std::string& name, const std::vector<Val*>& oper
 
 namespace builders {
 
+std::vector<Val*> shapedLikeInput(OpType op, const std::vector<Val*>& in, const Attributes& a) {
+  TensorView* x = tensorAt(op, in, 0);
+  Fusion& f = *x->fusion();
+  std::vector<IterDomain*> ids;
+  for (const IterDomain* id : x->logicalNoReductions()) ids.push_back(f.newIterDomain(id->extent(), id->iterType()));
+  TensorView* out = f.newTensor(x->dtype(), ids);
+  f.newExpr(op, in, {out}, a);
+  return {out};
+}
+
 std::vector<Val*> unary(OpType op, const std::vector<Val*>& in, const Attributes&) {
   return outputs({unaryOp(op, tensorAt(op, in, 0))});
 }

@@ -124,6 +124,22 @@ std::vector<int64_t> reducedAxes(const TensorView* out) {
   return dims;
 }
 
+// An attribute as an ATen argument.
+c10::IValue attributeValue(const AttrValue& v) {
+  switch (typeOf(v)) {
+    case AttrType::Int: return std::get<int64_t>(v);
+    case AttrType::Bool: return std::get<bool>(v);
+    case AttrType::Float: return std::get<double>(v);
+    case AttrType::OptionalFloat: {
+      const OptionalFloat& f = std::get<OptionalFloat>(v);
+      return f ? c10::IValue(*f) : c10::IValue();
+    }
+    case AttrType::Dtype: return toAten(std::get<DataType>(v));
+    case AttrType::Ints: return std::get<Ints>(v);
+  }
+  MF_THROW_INTERNAL("bad attribute");
+}
+
 at::Tensor broadcastInDim(const Expr* e, const at::Tensor& x, const ExtentBindings& bindings) {
   const Ints& bdims = e->attr<Ints>("broadcast_dims");
   const TensorView* out = e->out();
@@ -311,6 +327,8 @@ at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in,
           args.emplace_back(v.tensor);
         }
       }
+      // Then the attributes, in declaration order (an op whose ATen form is op(x, attr...): triu).
+      for (const auto& [name, value] : e->attributes().items()) args.push_back(attributeValue(value));
       result = callAten(info.aten, std::move(args));
       break;
     }
@@ -332,7 +350,9 @@ std::vector<at::Tensor> evaluateExpr(const Expr* e, const std::vector<RuntimeVal
                                      const ExtentBindings& bindings, const EvalContext& context) {
   try {
     if (opInfo(e->op()).aten_args == AtenArgs::Attention) return evaluateAttention(e, in);
-    if (opInfo(e->op()).kind == OpKind::Routing) return evaluateMoeOp(e, in);
+    // Routing ops with an ATen form of their own; one of plain operands and attributes is generic.
+    const OpInfo& info = opInfo(e->op());
+    if (info.kind == OpKind::Routing && info.aten_args != AtenArgs::Operands) return evaluateMoeOp(e, in);
     return {evaluateUnchecked(e, in, bindings, context)};
   } catch (const c10::Error& err) {
     MF_THROW_USER("while running ", e->toString(), ": ", err.what_without_backtrace());

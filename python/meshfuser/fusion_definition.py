@@ -128,6 +128,9 @@ class _Ops(MoeOps):
             setattr(self, name, self._make_unary(getattr(OpType, name)))
         for name in _BINARY:
             setattr(self, name, self._make_binary(getattr(OpType, name)))
+        for name, _kind, _has_attrs in _C.ops.table():
+            if not hasattr(self, name):  # an op its registry entry defines alone: fd.ops.triu(x, diagonal=1)
+                setattr(self, name, self._make_generic(name))
 
     def _val(self, x):
         if isinstance(x, _C.Val):
@@ -161,6 +164,14 @@ class _Ops(MoeOps):
         binary.__doc__ = (f"fd.ops.{op.name}(a, b): elementwise {op.name} of TensorViews, scalars or Python numbers "
                           "(broadcast as in PyTorch).")
         return binary
+
+    def _make_generic(self, name):
+        def generic(*operands, **attrs):
+            return _C.ops.build(name, [self._val(x) for x in operands], attrs)
+        generic.__name__ = generic.__qualname__ = name
+        generic.__doc__ = (f"fd.ops.{name}(operands..., attribute=value...): the op as its registry entry declares "
+                           "it (attributes by name; left out: their defaults).")
+        return generic
 
     def _tensor(self, x, what):
         if not isinstance(x, TensorView):

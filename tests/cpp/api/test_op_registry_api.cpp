@@ -108,7 +108,7 @@ std::map<std::string, Build> cases() {
 TEST(OpRegistryApiTest, EveryRegistryOpBuildsFromCpp) {
   const auto all = cases();
   const std::vector<std::string> names = meshfuser::ops::names();
-  EXPECT_GE(names.size(), 60u);
+  EXPECT_GE(names.size(), 58u);
   for (const std::string& name : names) {
     auto it = all.find(name);
     ASSERT_NE(it, all.end()) << "op " << name << " has no case in this walk; add one";
