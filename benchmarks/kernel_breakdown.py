@@ -34,6 +34,7 @@ def breakdown_ms(fn, iters=3):
     totals = dict.fromkeys(CATEGORIES, 0.0)
     launches = 0
     top = {}
+    by_class = {c: {} for c in CATEGORIES}
     for evt in prof.events():
         if evt.device_type != torch.autograd.DeviceType.CUDA:
             continue
@@ -46,9 +47,13 @@ def breakdown_ms(fn, iters=3):
         totals[cat] += us / 1e3 / iters
         launches += 1
         top[evt.name] = top.get(evt.name, 0.0) + us / 1e3 / iters
+        by_class[cat][evt.name] = by_class[cat].get(evt.name, 0.0) + us / 1e3 / iters
     totals["total"] = sum(totals[c] for c in CATEGORIES)
     totals["launches"] = launches / iters
     totals["top"] = sorted(top.items(), key=lambda kv: -kv[1])[:8]
+    # The small kernels are where fusion choices differ: the largest of each memory-bound class.
+    for cat in ("generated", "aten"):
+        totals[f"top {cat}"] = sorted(by_class[cat].items(), key=lambda kv: -kv[1])[:6]
     return totals
 
 
@@ -61,3 +66,6 @@ def print_breakdown(title, named):
         print(impl.ljust(16) + "".join(f"{b[c]:11.3f}" for c in cols))
     for impl, b in named.items():
         print(f"  {impl} top kernels: " + "; ".join(f"{name[:60]} {ms:.3f}" for name, ms in b["top"]))
+        for cat in ("generated", "aten"):
+            if b.get(f"top {cat}"):
+                print(f"  {impl} top {cat}: " + "; ".join(f"{name[:60]} {ms:.3f}" for name, ms in b[f"top {cat}"]))

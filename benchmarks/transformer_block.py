@@ -141,6 +141,32 @@ def torch_llama_block(p, x, hd, form, group, d):
     return res0 + reduce(F.linear(F.silu(F.linear(normed1, p["w_gate"])) * F.linear(normed1, p["w_up"]), p["w_down"]))
 
 
+def print_slowest_segments(title, fd, run, count=12):
+    """The segments of `fd` that are neither GEMMs nor attention, slowest first, with their ops as
+    the host program prints them (device times from meshfuser.Profiler, one call after a warm one)."""
+    run()
+    with meshfuser.Profiler() as prof:
+        run()
+    lines = {}
+    for line in fd.host_program().splitlines():
+        line = line.strip()
+        if line.startswith("run segment "):
+            lines[line.split(" ")[2]] = line
+    rows = []
+    for k in prof.profile.kernel_profiles:
+        if k.scheduler in ("communication",) or not k.name.startswith("segment"):
+            continue
+        text = lines.get(k.name.split(" ")[1].split(".")[0], "")
+        if k.scheduler == "expr_eval" and any(op in text for op in ("linear(", "matmul(", "sdpfa_")):
+            continue
+        rows.append((k.time_ms, k.name, k.scheduler, text))
+    rows.sort(reverse=True)
+    print(f"\n{title}: slowest segments other than GEMMs and attention (meshfuser.Profiler, device ms)")
+    print(f"  total of these {sum(r[0] for r in rows):.3f} ms over {len(rows)} entries")
+    for ms, name, scheduler, text in rows[:count]:
+        print(f"  {ms:7.3f}  {name:<14} {scheduler:<13} {text[:150]}")
+
+
 class Block:
     """One block's definitions (the forward alone; the forward saving activations, and the
     backward), parameters, inputs and PyTorch version, for --block gpt or llama."""
@@ -180,6 +206,8 @@ def main():
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--no-backward", action="store_true")
     parser.add_argument("--breakdown", action="store_true", help="torch.profiler kernel classes per impl")
+    parser.add_argument("--segments", action="store_true",
+                        help="meshfuser's own profile: the slowest segments that are not GEMMs or attention")
     args = parser.parse_args()
 
     comm = meshfuser.Communicator.instance()
@@ -275,6 +303,12 @@ def main():
             print_breakdown(f"{block.title} forward", fwd_parts)
             if step_parts:
                 print_breakdown(f"{block.title} forward+backward", step_parts)
+    if args.segments and rank == 0:
+        outs = train_fwd.execute(mf_inputs)
+        print_slowest_segments(f"{block.title} training forward", train_fwd, lambda: train_fwd.execute(mf_inputs))
+        if bwd is not None:
+            bwd_inputs = block.backward_inputs(torch.ones_like(outs[0]), outs, x, local)
+            print_slowest_segments(f"{block.title} backward", bwd, lambda: bwd.execute(bwd_inputs))
     if rank == 0:
         title = (f"{block.title}, {args.form.upper()} on {d} rank(s) ({device.type}), b={b} s={s} e={e} "
                  f"heads={h}, {str(dtype).split('.')[-1]} (ratios: above 1 means meshfuser is faster)")

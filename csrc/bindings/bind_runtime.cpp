@@ -134,14 +134,16 @@ class FusionHandle {
     callThreadTag() = tag;
   }
 
-  std::vector<std::string> cudaKernels(const py::list& args) {
+  std::vector<std::string> cudaKernels(const py::list& args, const std::optional<std::string>& arch,
+                                       const py::object& device_limits) {
     std::vector<RuntimeValue> inputs = toInputs(args);
+    const std::optional<DeviceLimits> device = deviceLimitsFromPython(arch, device_limits);
     std::shared_ptr<FusionExecutor> used;
     std::vector<std::string> sources;
     FusionExecutorCache& cache = this->cache();  // under the GIL: the definitions' map is shared
     {
       py::gil_scoped_release release;
-      sources = cache.generatedKernels(inputs, &used);
+      sources = cache.generatedKernels(inputs, &used, nullptr, device ? &*device : nullptr);
     }
     last_ = used;  // host_program() then shows the segmentation these inputs get
     return sources;
@@ -236,7 +238,8 @@ void bindRuntime(py::module& m) {
       .def("execute", &FusionHandle::execute, py::arg("inputs"))
       .def("refuse", &FusionHandle::refuse, py::arg("error"))
       .def_property_readonly("entered", &FusionHandle::entered)
-      .def("cuda_kernels", &FusionHandle::cudaKernels, py::arg("inputs"))
+      .def("cuda_kernels", &FusionHandle::cudaKernels, py::arg("inputs"), py::arg("arch") = py::none(),
+           py::arg("device_limits") = py::none())
       .def("meta_outputs", &FusionHandle::metaOutputs, py::arg("inputs"))
       .def(
           "host_program",

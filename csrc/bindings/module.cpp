@@ -33,4 +33,5 @@ PYBIND11_MODULE(_C, m) {
   mf::bindIr(m);
   mf::bindRuntime(m);
   mf::bindCommunicator(m);
+  mf::bindDevice(m);
 }

@@ -1,5 +1,7 @@
 // The transpose kernel: a pointwise segment where some loads are contiguous along axis A of the
-// domain while the outputs are contiguous along the innermost axis B. Tiles are 64 (A) x 16 vec (B).
+// domain while the outputs are contiguous along the innermost axis B. Tiles are tile_a (A) x
+// lanes_b vec (B) of TransposeParams (heuristics.h); for the sm_90 limits 64 x 16 vec, blocks 32 x 8,
+// the numbers quoted below.
 //
 // Requires: a Transpose Schedule (chooseTranspose in scheduler.cpp). Guarantees: the domain is
 // covered by 64 x 16vec tiles over (A, B) for every index of the other axes; a block of 32 x 8
@@ -16,6 +18,7 @@
 #include <algorithm>
 
 #include "codegen/internal.h"
+#include "support/error.h"
 
 namespace mf {
 namespace codegen {
@@ -27,12 +30,19 @@ std::string emitTranspose(const Analysis& a, const Schedule& s, const std::strin
   const size_t n = p.dims.size();
   const size_t ax = static_cast<size_t>(s.transpose_axis);
   const int64_t dim_a = p.dims[ax], dim_b = p.dims.back();
-  const int64_t vb = s.vec;        // consecutive elements along B per thread in the compute phase
-  const int64_t va = s.vec_a;      // 2: one vector of two elements along A per lane; 1: two scalars
-  const int64_t tile_b = 16 * vb;  // tile extent along B; 64 along A
+  const TransposeParams& tp = s.transpose;
+  // The lanes: threadIdx.x walks A two elements per lane in the read phase; in the compute phase
+  // lanes_b lanes walk B and the other two walk A.
+  MF_CHECK(tp.tile_a == 2 * s.launch.block_x && tp.lanes_b * 2 == s.launch.block_x && s.launch.block_x == 32,
+           "transpose tiles need 32-lane blocks with tile_a = 64 and lanes_b = 16");
+  const int64_t vb = s.vec;              // consecutive elements along B per thread in the compute phase
+  const int64_t va = s.vec_a;            // 2: one vector of two elements along A per lane; 1: two scalars
+  const int64_t tile_a = tp.tile_a;      // tile extent along A
+  const int64_t tile_b = tp.lanes_b * vb;  // tile extent along B
   const int64_t by = s.launch.block_y;
-  const int64_t tiles_a = ceilDiv(dim_a, 64), tiles_b = ceilDiv(dim_b, tile_b);
-  const int64_t compute_rows = 32 / by;  // a-row pairs per thread in the compute phase
+  const int64_t tiles_a = ceilDiv(dim_a, tile_a), tiles_b = ceilDiv(dim_b, tile_b);
+  const int64_t compute_rows = tile_a / 2 / by;  // a-row pairs per thread in the compute phase
+  const std::string lane_b = "(threadIdx.x & " + std::to_string(tp.lanes_b - 1) + ")";  // the lane's place along B
   auto is_tiled = [&](const TensorView* tv) {
     return std::find(s.transposed.begin(), s.transposed.end(), tv) != s.transposed.end();
   };
@@ -41,16 +51,16 @@ std::string emitTranspose(const Analysis& a, const Schedule& s, const std::strin
   // The outermost extent only through kCount (the tile count) unless it is axis A.
   os << "  // transpose over [";
   for (size_t d = 0; d < n; ++d) os << (d ? ", " : "") << (d == 0 && ax != 0 ? std::string("*") : std::to_string(p.dims[d]));
-  os << "]: 64 x " << tile_b << " tiles over axes " << ax << " and " << n - 1 << " through shared memory (swizzled), "
+  os << "]: " << tile_a << " x " << tile_b << " tiles over axes " << ax << " and " << n - 1 << " through shared memory (swizzled), "
      << va << " per vector along axis " << ax << ", " << vb << " along axis " << n - 1 << "\n";
   for (const TensorView* tv : s.transposed) {
-    os << "  __shared__ float mf_tile" << tv->name() << "[" << tile_b << "][64];\n";
+    os << "  __shared__ float mf_tile" << tv->name() << "[" << tile_b << "][" << tile_a << "];\n";
   }
   os << "  for (" << it << " tile = blockIdx.x; tile < " << kCount << "; tile += gridDim.x) {\n";
   os << "    " << it << " rem = tile;\n";
   os << "    const " << it << " b0 = (rem % " << tiles_b << ") * " << tile_b << ";\n";
   os << "    rem /= " << tiles_b << ";\n";
-  os << "    const " << it << " a0 = (rem % " << tiles_a << ") * 64;\n";
+  os << "    const " << it << " a0 = (rem % " << tiles_a << ") * " << tile_a << ";\n";
   // The other axes' coordinates, from the tile's outer index.
   std::vector<std::string> coord(n);
   bool first = true;
@@ -83,7 +93,7 @@ std::string emitTranspose(const Analysis& a, const Schedule& s, const std::strin
   // The compute phase's coordinates: lane & 15 walks B (vb each), lane >> 4 and threadIdx.y walk A.
   auto computeCoords = [&](const std::string& indent) {
     os << indent << "const int al = 2 * (threadIdx.y + yy * " << by << ") + (threadIdx.x >> 4), bl = "
-       << timesText("(threadIdx.x & 15)", vb) << ";\n";
+       << timesText(lane_b, vb) << ";\n";
     os << indent << "const " << it << " ia = a0 + al, ib = b0 + bl;\n";
   };
   // 1. The other loads of the compute phase, in flight together with the tile's reads.
@@ -132,7 +142,7 @@ std::string emitTranspose(const Analysis& a, const Schedule& s, const std::strin
          << loadExpr(tv->dtype(), "w.v[0]") << ", " << loadExpr(tv->dtype(), "w.v[1]") << ");\n      }\n";
     }
   } else {
-    os << "#pragma unroll\n      for (int q = 0; q < 64; q += 32) {\n";
+    os << "#pragma unroll\n      for (int q = 0; q < " << tile_a << "; q += " << s.launch.block_x << ") {\n";
     os << "        const " << it << " ia = a0 + threadIdx.x + q;\n";
     os << "        if (ia >= " << dim_a << ") continue;\n";
     for (const TensorView* tv : s.transposed) {
@@ -147,7 +157,7 @@ std::string emitTranspose(const Analysis& a, const Schedule& s, const std::strin
      << n - 1 << "\n";
   computeCoords("      ");
   os << "      if (ia >= " << dim_a << " || ib >= " << dim_b << ") continue;\n";
-  os << "      const int sw = " << timesText("(threadIdx.x & 15)", 2) << " & 31;\n";
+  os << "      const int sw = " << timesText(lane_b, 2) << " & 31;\n";
   const std::string flat = offsetOf(out_strides);
   emitStoreArrays(r.stores, vb, "      ", os);
   os << "#pragma unroll\n      for (int k = 0; k < " << vb << "; ++k) {\n";

@@ -2,9 +2,9 @@
 //
 // Requires: a KernelSegment (see makeKernelSegment) and one KernelTensorArg per tensor input (local
 // sizes/strides in elements, pointer alignment). Guarantees: either a GeneratedKernel whose source
-// is deterministic for a given (segment, args, options) and whose name is mf_<scheduler>_<16 hex
-// digits of a hash of the source>, or nullopt with *why_not saying why (never throws for an
-// unsupported segment).
+// is deterministic for a given (segment, args, options: the device limits) and whose name is
+// mf_<scheduler>_<16 hex digits of a hash of the source>, or nullopt with *why_not saying why
+// (never throws for an unsupported segment; limits no device has are a user error).
 #include <cstdio>
 
 #include "codegen/internal.h"
@@ -23,6 +23,7 @@ std::optional<GeneratedKernel> generateKernel(const KernelSegment& segment, cons
   std::string why;
   codegen::Analysis a;
   codegen::Schedule s;
+  checkDeviceLimits(options.device);
   if (!codegen::analyzeSegment(segment, inputs, &a, &why) || !codegen::chooseSchedule(a, options, &s, &why)) {
     if (why_not != nullptr) *why_not = why;
     return std::nullopt;
@@ -63,6 +64,7 @@ std::optional<GeneratedKernel> generateKernel(const KernelSegment& segment, cons
                   s.launch.block_x, "x", s.launch.block_y, s.kind == codegen::Kind::Normalization
                       ? str(s.norm.persistent ? ", persistent " : ", multi-pass ", s.norm.iters, " groups")
                       : std::string());
+  k.heuristics = codegen::heuristicsText(s, options.device);
   for (const TensorView* tv : segment.outputs) k.output_sizes.push_back(a.shape.at(tv));
   return k;
 }

@@ -23,6 +23,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "codegen/heuristics.h"
 #include "codegen/kernel.h"
 
 namespace mf {
@@ -149,14 +150,23 @@ struct Schedule {
   int64_t inner_kept = 1;
   KernelLaunch launch;
   NormPlan norm;  // Normalization only
+  // The parameters of the scheduler that made this schedule (the one of `kind`), derived from the
+  // device limits; the emitters read their numbers from here.
+  PointwiseParams pointwise;
+  ReductionParams reduction;
+  NormalizationParams normalization;
+  TransposeParams transpose;
   // Transpose: the merged domain axis (of main_index.dims) along which the transposed loads are
-  // contiguous; tiles of 64 x 16 vec over (that axis, the innermost axis) go through shared memory.
+  // contiguous; tiles of transpose.tile_a x transpose.lanes_b * vec over (that axis, the innermost
+  // axis) go through shared memory.
   int64_t transpose_axis = -1;
   std::vector<const TensorView*> transposed;  // loads read through the tile
   int64_t vec_a = 1;  // transpose: 2 when every transposed load reads two A-adjacent elements as one vector
 };
 
 bool chooseSchedule(const Analysis& a, const CodegenOptions& options, Schedule* s, std::string* why);
+// The parameters of s's scheduler and the choices it made, as MESHFUSER_DUMP=heuristics prints them.
+std::string heuristicsText(const Schedule& s, const DeviceLimits& device);
 
 // ---- text helpers (emit_common.cpp) ----
 // While alive, the kernel being emitted computes in double (literals print as doubles, casts to

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/device_limits.h"
 #include "ir/nodes.h"
 
 namespace mf {
@@ -52,6 +53,9 @@ struct GeneratedKernel {
   // The scheduler's choices that shape the text ("vec 8, unroll 4, index 32, block 256x1"), named in
   // MESHFUSER_DUMP=recompile when another extent needs another kernel.
   std::string choices;
+  // The device limits and the scheduler's parameters derived from them, then its choices for these
+  // inputs: what MESHFUSER_DUMP=heuristics prints.
+  std::string heuristics;
 };
 
 // A segment to generate code for. `inputs` are the Vals read from outside the segment (tensors
@@ -67,9 +71,9 @@ struct KernelSegment {
 // tensor is used after the segment (or is a fusion output).
 KernelSegment makeKernelSegment(const std::vector<Expr*>& exprs, const std::function<bool(const Val*)>& live_after);
 
+// The device the kernel is generated for (default: the sm_90 table, H100/H200 SXM).
 struct CodegenOptions {
-  int64_t sm_count = 132;  // H200
-  int64_t max_threads_per_block = 1024;
+  DeviceLimits device;
 };
 
 // Generates one kernel for the whole segment, or returns nullopt with `why_not` set.

@@ -8,7 +8,8 @@
 // has the whole domain (stored per element) or the kept axes only (stored once per row); `stage`,
 // `varies` and `home` say in which loop over the row each value is available or computed.
 //
-// Launch heuristics (aim: each row read from memory once, 16-byte accesses):
+// Launch heuristics (aim: each row read from memory once, 16-byte accesses); the numbers are those
+// of NormalizationParams (heuristics.h) for the sm_90 limits, measured on one H200:
 //   vector   the widest of 8/4/2 elements (16 bytes for the widest full tensor) dividing the
 //            reduced extent, the varying loads' outer strides and their pointer alignment.
 //   warp     rows of at most 64 vectors: ceilPow2(vectors / 2) <= 32 lanes per row (two groups
@@ -48,15 +49,10 @@ namespace codegen {
 namespace {
 
 constexpr int64_t kInt32Max = 2147483647LL;
-constexpr int64_t kKeptRegistersPerThread = 64;  // 32-bit registers holding raw row data
-constexpr int64_t kMaxUnrolledElements = 32;
-// Four 16-byte groups per thread keep 64 bytes of each input in flight per thread (two left the
-// 1024-thread blocks of a 16384-wide row at one block per SM and half the bytes in flight).
-constexpr int64_t kGroupsPerThread = 4;
-constexpr int64_t kMaxRowThreads = 512;
-// Dynamic shared memory for a staged row: two blocks of 512 threads per SM still fit.
-constexpr int64_t kStagedBytesPerBlock = 96 * 1024;
-constexpr int64_t kMaxGrid = kInt32Max;  // gridDim.x limit
+// The tunables (NormalizationParams, heuristics.h): groups_per_thread 4 keeps 64 bytes of each
+// input in flight per thread (two left the 1024-thread blocks of a 16384-wide row at one block per
+// SM and half the bytes in flight); staged rows take dynamic shared memory sized so that two blocks
+// of 512 threads per SM still fit.
 
 bool isTranscendental(OpType op) {
   switch (op) {
@@ -142,6 +138,7 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
   const KernelSegment& seg = *a.segment;
   NormPlan& p = s->norm;
   s->kind = Kind::Normalization;
+  const NormalizationParams& np = s->normalization = NormalizationParams::forDevice(o.device);
   // The domain: the first reduction's input; domain axes number the kept axes first, then the
   // reduced ones. Inner: x is [kept..., reduced...]; outer: [reduced..., kept...].
   const Expr* first = a.reductions.at(0);
@@ -345,15 +342,16 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
   if (p.outer) {
     // A thread per kept element (column) and row of threads: threadIdx.y strides the reduced
     // rows, so each warp reads 32 adjacent columns of one row; every loop reads from memory.
-    l.block_x = 32;
-    l.block_y = 16;
-    l.grid_x = std::max<int64_t>(1, std::min(ceilDiv(rows, l.block_x), o.sm_count * 4));
+    l.block_x = np.outer_block_x;
+    l.block_y = np.outer_block_y;
+    l.grid_x = std::max<int64_t>(1, std::min(ceilDiv(rows, l.block_x), np.sm_count * np.outer_blocks_per_sm));
     p.persistent = false;
     int64_t bound = rows * red + l.grid_x * l.block_x + l.block_y * rows;
     s->index64 = bound > kInt32Max || p.row_index.max_offset + p.col_index.max_offset > kInt32Max;
     return true;
   }
-  for (int64_t v = std::min<int64_t>(8, 16 / max_bytes); v >= 2 && !p.col_index.dims.empty(); v /= 2) {
+  for (int64_t v = std::min(np.vector.max_elements, np.vector.max_bytes / max_bytes); v >= 2 && !p.col_index.dims.empty();
+       v /= 2) {
     bool ok = red % v == 0 && p.col_index.dims.back() % v == 0;
     for (const TensorView* tv : p.loads) {
       if (!p.varies.at(tv)) continue;
@@ -370,20 +368,20 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
   }
   // Threads, persistence.
   const int64_t vectors = ceilDiv(red, s->vec);
-  if (vectors <= 64) {
+  if (vectors <= np.warp * np.groups_per_lane) {
     // Two vector groups per lane (twice the bytes in flight of one, half the shuffle steps per
     // element): a row takes ceilPow2(vectors / 2) <= 32 lanes. Rows sharing a warp must leave the
     // row loop together (the shuffles name every lane), so a sub-warp row needs rows to be a
     // multiple of the rows per warp.
-    int64_t lanes = std::min<int64_t>(32, ceilPow2(ceilDiv(vectors, 2)));
-    if (rows % (32 / lanes) != 0) lanes = 32;
+    int64_t lanes = std::min(np.warp, ceilPow2(ceilDiv(vectors, np.groups_per_lane)));
+    if (rows % (np.warp / lanes) != 0) lanes = np.warp;
     l.block_x = lanes;
-    l.block_y = 256 / lanes;
-    l.grid_x = std::max<int64_t>(1, std::min(ceilDiv(rows, l.block_y), kMaxGrid));
+    l.block_y = np.warp_mode_block / lanes;
+    l.grid_x = std::max<int64_t>(1, std::min(ceilDiv(rows, l.block_y), np.max_grid));
   } else {
-    l.block_x = std::min<int64_t>(std::max<int64_t>(64, ceilPow2(ceilDiv(vectors, kGroupsPerThread))), kMaxRowThreads);
-    l.block_x = floorPow2(std::min(l.block_x, o.max_threads_per_block));
-    l.grid_x = std::max<int64_t>(1, std::min(rows, kMaxGrid));
+    l.block_x = std::min(std::max(np.min_row_threads, ceilPow2(ceilDiv(vectors, np.groups_per_thread))), np.max_row_threads);
+    l.block_x = floorPow2(std::min(l.block_x, np.max_threads_per_block));
+    l.grid_x = std::max<int64_t>(1, std::min(rows, np.max_grid));
   }
   p.iters = ceilDiv(vectors, l.block_x);
   // The loads later loops read again (p.reread); returns their bytes per vector group, kept in
@@ -404,7 +402,7 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
     return bytes;
   };
   int64_t kept_bytes = planRereads();
-  p.persistent = p.iters * s->vec <= kMaxUnrolledElements && p.iters * kept_bytes <= 4 * kKeptRegistersPerThread;
+  p.persistent = p.iters * s->vec <= np.max_unrolled_elements && p.iters * kept_bytes <= 4 * np.kept_registers_per_thread;
   // A transcendental value (exp, log, ...) that a later loop needs again is kept as floats from its
   // home loop when they fit beside the raw vectors: softmax's exp(x - max) is then computed once
   // per element (each recomputation costs a quarter-rate MUFU op and ~8 FMA-pipe instructions,
@@ -417,7 +415,7 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
       bool later = false;
       for (int loop = p.home.at(tv) + 1; loop <= p.last_loop; ++loop) later = later || p.loop_values[static_cast<size_t>(loop)].count(tv);
       if (!later) continue;
-      if (p.iters * (kept_bytes + cached_bytes + s->vec * 4) > 4 * kKeptRegistersPerThread) continue;
+      if (p.iters * (kept_bytes + cached_bytes + s->vec * 4) > 4 * np.kept_registers_per_thread) continue;
       cached_bytes += s->vec * 4;
       p.cached.insert(tv);
     }
@@ -426,16 +424,19 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
       kept_bytes = planRereads() + cached_bytes;  // the loads later loops still read, with the cached values cut off
     }
   }
-  // Blocks of 512+ threads: ask ptxas for two resident blocks per SM (<= 64 registers) when the
+  // Blocks of 512+ threads: ask ptxas for two resident blocks per SM (<= 64 registers; as many as
+  // the register file holds at 64 per thread on other devices) when the
   // row data held per thread is small, so that one block loads while the other sits in its
   // reductions' barriers (one 512-thread block per SM left LayerNorm at 16384 columns at 55% of
   // copy: 66 registers).
-  if (p.persistent && l.block_x * l.block_y >= 512 && p.iters * kept_bytes <= 64) {
-    l.min_blocks = std::max<int64_t>(1, 1024 / (l.block_x * l.block_y));
+  const int64_t threads = l.block_x * l.block_y;
+  if (p.persistent && threads >= np.resident_blocks_min_threads && p.iters * kept_bytes <= np.small_row_bytes) {
+    l.min_blocks = std::max<int64_t>(
+        1, std::min(np.registers_per_sm / (threads * np.registers_for_two_blocks), np.threads_per_sm / threads));
   }
   // 512-thread rows that cache transcendental values (softmax's exp): the block's next row is
-  // copied into shared memory (dynamic, <= kStagedBytesPerBlock) by cp.async while this one
-  // computes (no registers), started once loop 0 has consumed the row's data and combined its
+  // copied into shared memory (dynamic, <= staged_bytes_per_block) by cp.async (sm_80+) while this
+  // one computes (no registers), started once loop 0 has consumed the row's data and combined its
   // reductions; each thread copies and reads back only its own vectors, so a cp.async.wait_group
   // is the only synchronisation. The grid is then one wave striding over the rows. Measured no gain
   // or a loss on rows without cached values (RMSNorm at 16384: 0.90 -> 0.84), and keeping weights
@@ -443,7 +444,7 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
   const bool loop0_reduces = std::any_of(a.reductions.begin(), a.reductions.end(), [&](const Expr* r) {
     return p.stage.at(static_cast<const TensorView*>(r->input(0))) == 0;
   });
-  if (p.persistent && l.block_x >= kMaxRowThreads && !p.cached.empty() && loop0_reduces) {
+  if (np.can_stage && p.persistent && l.block_x >= np.max_row_threads && !p.cached.empty() && loop0_reduces) {
     int64_t bytes = 0;
     bool copyable = true;  // every vector a cp.async size (4, 8 or 16 bytes)
     for (const TensorView* tv : p.loads) {
@@ -456,10 +457,10 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
       p.staged.insert(tv);
     }
     // All or none: a row half staged waits on its other loads anyway.
-    if (!copyable || bytes > kStagedBytesPerBlock) p.staged.clear();
+    if (!copyable || bytes > np.staged_bytes_per_block) p.staged.clear();
     l.shared_mem_bytes = p.staged.empty() ? 0 : bytes;
     if (!p.staged.empty()) {  // one wave striding over the rows
-      l.grid_x = std::max<int64_t>(1, std::min(rows, o.sm_count * std::max<int64_t>(1, 2048 / l.block_x)));
+      l.grid_x = std::max<int64_t>(1, std::min(rows, np.sm_count * std::max<int64_t>(1, np.threads_per_sm / l.block_x)));
     }
   }
   // Offsets are computed for rows below `rows` only (the staged copy of the next row checks it);

@@ -9,7 +9,8 @@
 //               extent-1 axes) or outer layout (reduced axes outermost); middle axes are refused.
 // All loops are grid-stride, so any grid is correct; the heuristics only chase bandwidth.
 //
-// Heuristics (the aim: 16-byte accesses and several of them in flight per thread):
+// Heuristics (the aim: 16-byte accesses and several of them in flight per thread); the numbers are
+// those of PointwiseParams / ReductionParams / TransposeParams (heuristics.h) for the sm_90 limits:
 //   vector     the widest of 8/4/2 elements (at most 16 bytes for the widest tensor) that divides
 //              the inner extent, every outer stride and the pointer alignment; reductions also need
 //              it to divide the reduced extent (inner) or the column count (outer).
@@ -57,8 +58,6 @@ int64_t floorPow2(int64_t v) {
 namespace {
 
 constexpr int64_t kInt32Max = 2147483647LL;
-constexpr int64_t kThreadsPerSm = 2048;
-
 
 std::vector<int64_t> non1(const std::vector<int64_t>& s) {
   std::vector<int64_t> r;
@@ -68,23 +67,30 @@ std::vector<int64_t> non1(const std::vector<int64_t>& s) {
   return r;
 }
 
-// 4 or 2 when every thread gets at least that many loop steps, else 1.
-int64_t unrollFor(int64_t steps_per_thread) { return steps_per_thread >= 4 ? 4 : (steps_per_thread >= 2 ? 2 : 1); }
+// The largest power of two up to max_unroll that every thread has as many loop steps of (at least 1).
+int64_t unrollFor(int64_t steps_per_thread, int64_t max_unroll) {
+  int64_t u = 1;
+  while (u * 2 <= max_unroll && u * 2 <= steps_per_thread) u *= 2;
+  return u;
+}
 
-int64_t gridFor(int64_t work_items, int64_t per_block, int64_t threads_per_block, const CodegenOptions& o) {
-  int64_t resident = std::max<int64_t>(1, kThreadsPerSm / threads_per_block);
-  return std::max<int64_t>(1, std::min(ceilDiv(work_items, per_block), o.sm_count * resident));
+// One wave of resident blocks (threads_per_sm / threads_per_block per SM) at most.
+int64_t gridFor(int64_t work_items, int64_t per_block, int64_t threads_per_block, int64_t sm_count,
+                int64_t threads_per_sm) {
+  int64_t resident = std::max<int64_t>(1, threads_per_sm / threads_per_block);
+  return std::max<int64_t>(1, std::min(ceilDiv(work_items, per_block), sm_count * resident));
 }
 
 // `extent`: a further extent the vector must divide (reductions: the reduced or kept extent; 0: none).
-int64_t chooseVectorWidth(const Analysis& a, const Region& r, const IndexPlan& p, int64_t extent = 0) {
+int64_t chooseVectorWidth(const Analysis& a, const Region& r, const IndexPlan& p, const VectorParams& vp,
+                          int64_t extent = 0) {
   if (p.dims.empty()) return 1;
   int64_t max_size = 1;
   for (const TensorView* tv : r.stores) max_size = std::max(max_size, sizeInBytes(tv->dtype()));
   for (const TensorView* tv : r.loads) {
     if (p.strides.at(tv).back() == 1) max_size = std::max(max_size, sizeInBytes(tv->dtype()));
   }
-  for (int64_t v = std::min<int64_t>(8, 16 / max_size); v >= 2; v /= 2) {
+  for (int64_t v = std::min(vp.max_elements, vp.max_bytes / max_size); v >= 2; v /= 2) {
     bool ok = p.dims.back() % v == 0 && extent % v == 0;
     for (const TensorView* tv : r.loads) {
       const auto& s = p.strides.at(tv);
@@ -101,8 +107,8 @@ int64_t chooseVectorWidth(const Analysis& a, const Region& r, const IndexPlan& p
 }
 
 // A load contiguous along another axis than the outputs' innermost one would be read with a
-// stride: when all such loads share that axis, 64 x 16 vec tiles over (it, innermost) go through
-// shared memory so that both the strided loads and the output stores are coalesced.
+// stride: when all such loads share that axis, tile_a x lanes_b vec tiles (TransposeParams) over (it,
+// innermost) go through shared memory so that both the strided loads and the output stores are coalesced.
 bool chooseTranspose(const Analysis& a, const CodegenOptions& o, Schedule* s) {
   const IndexPlan& p = s->main_index;
   const int64_t n = static_cast<int64_t>(p.dims.size());
@@ -125,20 +131,22 @@ bool chooseTranspose(const Analysis& a, const CodegenOptions& o, Schedule* s) {
   if (axis < 0) return false;
   s->kind = Kind::Transpose;
   s->transpose_axis = axis;
+  const TransposeParams& tp = s->transpose = TransposeParams::forDevice(o.device);
   // Vector width along B for the outputs and the loads contiguous along B: at most 16 bytes and 8
-  // elements (a 16vec x 64 float tile stays within 32 KB), dividing B, their other strides and
-  // alignment. 16-byte bf16 vectors measured 0.93 of copy against 0.87 for 8-byte ones.
+  // elements (the tiles are capped below), dividing B, their other strides and alignment. 16-byte
+  // bf16 vectors measured 0.93 of copy against 0.87 for 8-byte ones.
   int64_t max_bytes = 1;
   for (const TensorView* tv : s->main.stores) max_bytes = std::max(max_bytes, sizeInBytes(tv->dtype()));
   s->vec = 1;
-  for (int64_t v = std::min<int64_t>(8, 16 / max_bytes); v >= 2 && s->vec == 1; v /= 2) {
+  for (int64_t v = std::min(tp.vector.max_elements, tp.vector.max_bytes / max_bytes); v >= 2 && s->vec == 1; v /= 2) {
     bool ok = p.dims.back() % v == 0;
     for (const TensorView* tv : s->main.loads) {
       if (std::find(s->transposed.begin(), s->transposed.end(), tv) != s->transposed.end()) continue;
       const auto& st = p.strides.at(tv);
       if (st.back() != 1) continue;  // broadcast along B: one element per vector
       for (size_t d = 0; d + 1 < st.size(); ++d) ok = ok && st[d] % v == 0;
-      ok = ok && a.arg.at(tv)->alignment_bytes >= v * sizeInBytes(tv->dtype()) && sizeInBytes(tv->dtype()) * v <= 16;
+      ok = ok && a.arg.at(tv)->alignment_bytes >= v * sizeInBytes(tv->dtype()) &&
+           sizeInBytes(tv->dtype()) * v <= tp.vector.max_bytes;
     }
     if (ok) s->vec = v;
   }
@@ -152,25 +160,27 @@ bool chooseTranspose(const Analysis& a, const CodegenOptions& o, Schedule* s) {
     }
     if (a.arg.at(tv)->alignment_bytes < 2 * sizeInBytes(tv->dtype()) || sizeInBytes(tv->dtype()) > 8) s->vec_a = 1;
   }
-  // Static shared memory: the float tiles (16 vec x 64) of every transposed load (at most 40 KB of the 48 KB).
-  auto tile_bytes = [&] { return static_cast<int64_t>(s->transposed.size()) * 16 * s->vec * 64 * 4; };
-  while (s->vec > 1 && tile_bytes() > 40960) s->vec /= 2;
-  if (tile_bytes() > 40960) {
+  // Static shared memory: the float tiles (lanes_b vec x tile_a) of every transposed load, within the cap.
+  auto tile_bytes = [&] {
+    return static_cast<int64_t>(s->transposed.size()) * tp.lanes_b * s->vec * tp.tile_a * static_cast<int64_t>(sizeof(float));
+  };
+  while (s->vec > 1 && tile_bytes() > tp.tile_bytes_cap) s->vec /= 2;
+  if (tile_bytes() > tp.tile_bytes_cap) {
     s->kind = Kind::Pointwise;
     s->transposed.clear();
     return false;
   }
-  s->launch.block_x = 32;
-  s->launch.block_y = 8;
+  s->launch.block_x = tp.block_x;
+  s->launch.block_y = tp.block_y;
   int64_t tiles = s->main.numel() / (p.dims[static_cast<size_t>(axis)] * p.dims.back()) *
-                  ceilDiv(p.dims[static_cast<size_t>(axis)], 64) * ceilDiv(p.dims.back(), 16 * s->vec);
-  // Four 256-thread blocks per SM (<= 64 registers; bf16 with 16-byte B vectors uses 61-63) and a
-  // grid of exactly that many: one wave. Eight per SM in the grid with six resident (8-byte
-  // vectors, 40 registers) left a third of the time to a tail of two blocks per SM.
-  s->launch.min_blocks = 4;
-  s->launch.grid_x = std::max<int64_t>(1, std::min(tiles, o.sm_count * s->launch.min_blocks));
+                  ceilDiv(p.dims[static_cast<size_t>(axis)], tp.tile_a) * ceilDiv(p.dims.back(), tp.lanes_b * s->vec);
+  // Four 256-thread blocks per SM on the H200 (<= 64 registers; bf16 with 16-byte B vectors uses
+  // 61-63) and a grid of exactly that many: one wave. Eight per SM in the grid with six resident
+  // (8-byte vectors, 40 registers) left a third of the time to a tail of two blocks per SM.
+  s->launch.min_blocks = tp.blocks_per_sm;
+  s->launch.grid_x = std::max<int64_t>(1, std::min(tiles, tp.sm_count * s->launch.min_blocks));
   s->count = tiles;
-  s->index64 = s->main.numel() + 64 * p.dims.back() + 16 * s->vec > kInt32Max || p.max_offset > kInt32Max ||
+  s->index64 = s->main.numel() + tp.tile_a * p.dims.back() + tp.lanes_b * s->vec > kInt32Max || p.max_offset > kInt32Max ||
                tiles + s->launch.grid_x > kInt32Max;
   return true;
 }
@@ -182,17 +192,18 @@ bool schedulePointwise(const Analysis& a, const CodegenOptions& o, Schedule* s, 
   if (!buildRegion(a, seg.exprs, non1(a.shape.at(seg.outputs[0])), anchors, {}, {}, &s->main, why)) return false;
   s->main_index = planIndexing(a, s->main);
   if (chooseTranspose(a, o, s)) return true;
-  s->vec = chooseVectorWidth(a, s->main, s->main_index);
+  const PointwiseParams& pp = s->pointwise = PointwiseParams::forDevice(o.device);
+  s->vec = chooseVectorWidth(a, s->main, s->main_index, pp.vector);
   int64_t groups = s->main.numel() / s->vec;
   s->count = groups;
-  int64_t block = groups <= 128 * o.sm_count ? 128 : 256;
-  block = floorPow2(std::max<int64_t>(32, std::min(block, o.max_threads_per_block)));
+  int64_t block = groups <= pp.small_groups_per_sm * pp.sm_count ? pp.small_block : pp.large_block;
+  block = floorPow2(std::max(pp.warp, std::min(block, pp.max_threads_per_block)));
   s->launch.block_x = block;
-  s->launch.grid_x = gridFor(groups, block, block, o);
+  s->launch.grid_x = gridFor(groups, block, block, pp.sm_count, pp.threads_per_sm);
   int64_t threads = s->launch.grid_x * block;
-  // Always 4 (the emitter adds loops of 2 and 1 for what is left): a choice by groups per thread
-  // would make the text depend on the outer extent, one compile per size bucket.
-  s->unroll = 4;
+  // Always the same (the emitter adds loops of 2 and 1 for what is left): a choice by groups per
+  // thread would make the text depend on the outer extent, one compile per size bucket.
+  s->unroll = pp.unroll;
   // g + (unroll - 1) * step and (g + u * step) * vec stay below (groups + (unroll + 1) * threads) * vec.
   int64_t bound = (groups + (s->unroll + 1) * threads) * s->vec;
   s->index64 = bound > kInt32Max || s->main_index.max_offset > kInt32Max;
@@ -298,36 +309,40 @@ bool scheduleReduction(const Analysis& a, const CodegenOptions& o, Schedule* s, 
   s->epilogue_index = planIndexing(a, s->epilogue);
 
   KernelLaunch& l = s->launch;
+  const ReductionParams& rp = s->reduction = ReductionParams::forDevice(o.device);
   const bool inner = s->kind == Kind::InnerReduction;
   s->count = inner ? s->rows : s->red;
-  s->vec = chooseVectorWidth(a, s->main, s->main_index, inner ? s->red : s->inner_kept);
+  s->vec = chooseVectorWidth(a, s->main, s->main_index, rp.vector, inner ? s->red : s->inner_kept);
   int64_t bound = 0;  // an upper bound of every index the kernel computes
   if (inner) {
-    bool warp_per_row = s->red <= 256 || (s->red <= 2048 && s->rows >= 2 * o.sm_count);
+    const bool many_rows = s->rows >= rp.rows_per_sm_for_many * rp.sm_count;
+    bool warp_per_row = s->red <= rp.warp_row_max || (s->red <= rp.warp_row_max_many_rows && many_rows);
     if (warp_per_row) {
-      l.block_x = 32;
-      l.block_y = floorPow2(std::max<int64_t>(1, std::min<int64_t>(8, o.max_threads_per_block / 32)));
+      l.block_x = rp.warp;
+      l.block_y = floorPow2(rp.warps_per_block);
     } else {
-      // Plenty of rows: 256 threads per row; few rows: up to 1024, each thread at least 2 vectors.
+      // Plenty of rows: many_rows_block threads per row; few rows: up to few_rows_max_block, each
+      // thread at least 2 vectors.
       int64_t red_vectors = s->red / s->vec;
-      l.block_x = s->rows >= 2 * o.sm_count ? 256 : std::min<int64_t>(1024, floorPow2(std::max<int64_t>(1, red_vectors / 2)));
-      l.block_x = floorPow2(std::max<int64_t>(32, std::min(l.block_x, o.max_threads_per_block)));
+      l.block_x = many_rows ? rp.many_rows_block
+                            : std::min(rp.few_rows_max_block, floorPow2(std::max<int64_t>(1, red_vectors / 2)));
+      l.block_x = floorPow2(std::max(rp.warp, std::min(l.block_x, rp.max_threads_per_block)));
     }
-    l.grid_x = gridFor(s->rows, l.block_y, l.block_x * l.block_y, o);
-    s->unroll = unrollFor(s->red / s->vec / l.block_x);
+    l.grid_x = gridFor(s->rows, l.block_y, l.block_x * l.block_y, rp.sm_count, rp.threads_per_sm);
+    s->unroll = unrollFor(s->red / s->vec / l.block_x, rp.unroll);
     bound = (s->rows + l.grid_x * l.block_y) * s->red + (s->unroll + 1) * l.block_x * s->vec;
   } else {
     int64_t colvecs = s->rows / s->vec;
-    int64_t tx = 32;
-    while (tx > 4 && ceilDiv(colvecs, tx) < o.sm_count) tx /= 2;
+    int64_t tx = rp.warp;
+    while (tx > rp.min_outer_columns && ceilDiv(colvecs, tx) < rp.sm_count) tx /= 2;
     while (tx > 1 && tx / 2 >= colvecs) tx /= 2;  // no idle lanes for a handful of columns
     int64_t tiles = ceilDiv(colvecs, tx);
-    int64_t threads = std::min<int64_t>(tiles >= o.sm_count ? 512 : 1024, o.max_threads_per_block);
+    int64_t threads = std::min(tiles >= rp.sm_count ? rp.outer_block : rp.outer_block_few_tiles, rp.max_threads_per_block);
     l.block_x = tx;
     l.block_y = floorPow2(std::max<int64_t>(1, threads / tx));
     while (l.block_y > 1 && l.block_y / 2 >= s->red) l.block_y /= 2;  // no idle rows of threads
-    l.grid_x = gridFor(tiles, 1, l.block_x * l.block_y, o);
-    s->unroll = 4;  // with loops of 2 and 1 after it: the reduced extent is the launch's count
+    l.grid_x = gridFor(tiles, 1, l.block_x * l.block_y, rp.sm_count, rp.threads_per_sm);
+    s->unroll = rp.unroll;  // with loops of 2 and 1 after it: the reduced extent is the launch's count
     bound = (s->red + (s->unroll + 1) * l.block_y + 1) * s->rows + l.grid_x * tx * s->vec;
   }
   s->index64 = bound > kInt32Max || s->main_index.max_offset > kInt32Max || s->epilogue_index.max_offset > kInt32Max;

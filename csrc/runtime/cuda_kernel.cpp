@@ -39,7 +39,10 @@ KernelTensorArg kernelArgOf(const at::Tensor& t) {
 #ifndef MESHFUSER_WITH_CUDA
 
 bool cudaKernelsAvailable() { return false; }
-int64_t currentSmCount() { return 132; }
+const DeviceLimits& currentDeviceLimits() {
+  static const DeviceLimits sm90;
+  return sm90;
+}
 void launchGeneratedKernel(const GeneratedKernel&, const std::vector<at::Tensor>&, const std::vector<at::Tensor>&,
                            const std::vector<double>&) {
   MF_THROW_INTERNAL("generated kernels need a CUDA build");
@@ -177,9 +180,9 @@ CUfunction compile(const GeneratedKernel& kernel) {
   checkCu(a.cuModuleLoadData(&module, cubin.data()), "cuModuleLoadData");
   CUfunction fn = nullptr;
   checkCu(a.cuModuleGetFunction(&fn, module, kernel.name.c_str()), "cuModuleGetFunction");
-  // Dynamic shared memory past 48 KiB must be asked for per function.
+  // Dynamic shared memory past the default per-block limit (48 KiB) must be asked for per function.
   constexpr int kMaxDynamicSharedSizeBytes = 8;  // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-  if (kernel.launch.shared_mem_bytes > 48 * 1024) {
+  if (kernel.launch.shared_mem_bytes > static_cast<int64_t>(prop->sharedMemPerBlock)) {
     checkCu(a.cuFuncSetAttribute(fn, kMaxDynamicSharedSizeBytes, static_cast<int>(kernel.launch.shared_mem_bytes)),
             "cuFuncSetAttribute(max dynamic shared memory)");
   }
@@ -200,8 +203,41 @@ CUfunction compile(const GeneratedKernel& kernel) {
 
 bool cudaKernelsAvailable() { return at::cuda::is_available() && api().error.empty(); }
 
-int64_t currentSmCount() {
-  return at::cuda::is_available() ? at::cuda::getCurrentDeviceProperties()->multiProcessorCount : 132;
+namespace {
+
+DeviceLimits queryDeviceLimits() {
+  const cudaDeviceProp* p = at::cuda::getCurrentDeviceProperties();
+  DeviceLimits d;
+  d.compute_capability = p->major * 10 + p->minor;
+  d.arch = "sm_" + std::to_string(d.compute_capability);
+  d.device_name = p->name;
+  d.sm_count = p->multiProcessorCount;
+  d.warp_size = p->warpSize;
+  d.max_threads_per_block = p->maxThreadsPerBlock;
+  d.max_threads_per_sm = p->maxThreadsPerMultiProcessor;
+  d.max_blocks_per_sm = p->maxBlocksPerMultiProcessor;
+  d.shared_mem_per_block = static_cast<int64_t>(p->sharedMemPerBlock);
+  d.shared_mem_per_block_optin = static_cast<int64_t>(p->sharedMemPerBlockOptin);
+  d.shared_mem_per_sm = static_cast<int64_t>(p->sharedMemPerMultiprocessor);
+  d.reserved_shared_mem_per_block = static_cast<int64_t>(p->reservedSharedMemPerBlock);
+  d.registers_per_block = p->regsPerBlock;
+  d.registers_per_sm = p->regsPerMultiprocessor;
+  d.l2_bytes = p->l2CacheSize;
+  d.max_grid_x = p->maxGridSize[0];
+  return d;
+}
+
+}  // namespace
+
+const DeviceLimits& currentDeviceLimits() {
+  static const DeviceLimits sm90;
+  if (!at::cuda::is_available()) return sm90;
+  // Per thread and device: the properties do not change, and a launch path must not take a lock.
+  thread_local std::unordered_map<int, DeviceLimits> known;
+  const int device = static_cast<int>(c10::cuda::current_device());
+  auto it = known.find(device);
+  if (it == known.end()) it = known.emplace(device, queryDeviceLimits()).first;
+  return it->second;
 }
 
 void launchGeneratedKernel(const GeneratedKernel& kernel, const std::vector<at::Tensor>& inputs,

@@ -17,8 +17,9 @@ bool cudaKernelsAvailable();
 // Compiles (cached) and launches `kernel` with the given tensor and scalar arguments.
 void launchGeneratedKernel(const GeneratedKernel& kernel, const std::vector<at::Tensor>& inputs,
                            const std::vector<at::Tensor>& outputs, const std::vector<double>& scalars);
-// The SM count of the current device (132 when unknown).
-int64_t currentSmCount();
+// The limits of the current CUDA device, queried from its properties; without a CUDA device, the
+// sm_90 table (H100/H200 SXM: what fd.cuda_kernels generates for by default on a CPU machine).
+const DeviceLimits& currentDeviceLimits();
 // KernelTensorArg of a tensor: local sizes/strides and the alignment of its data pointer.
 KernelTensorArg kernelArgOf(const at::Tensor& t);
 

@@ -543,11 +543,12 @@ void FusionExecutor::runSegment(int64_t index, std::unordered_map<const Val*, at
   if (kernels_.size() != program_->segments().size()) kernels_.resize(program_->segments().size());
   kernels_[index].run(exprs, program_->fusion(), values, eval,
                       [&](const Val* v) { return scalarRuntimeValue(v, scalars, bindings).scalar; },
-                      /*launch=*/true, "segment " + std::to_string(index));
+                      /*launch=*/true, "segment " + std::to_string(index), currentDeviceLimits());
 }
 
 std::vector<std::string> FusionExecutor::generatedKernels(const std::vector<RuntimeValue>& inputs,
-                                                          std::vector<at::Tensor>* meta_outputs) {
+                                                          std::vector<at::Tensor>* meta_outputs,
+                                                          const DeviceLimits* device) {
   // Walks the program on meta tensors: shapes and strides as a real run would see them.
   const Fusion& f = program_->fusion();
   ExtentBindings bindings;
@@ -571,7 +572,8 @@ std::vector<std::string> FusionExecutor::generatedKernels(const std::vector<Runt
              [&](const std::vector<Expr*>& exprs, std::unordered_map<const Val*, at::Tensor>& vals) {
                evaluateExprs(exprs, vals, scalars, bindings, EvalContext{program_->rank(), eval_device_});
              },
-             [](const Val*) { return c10::Scalar(0.0); }, /*launch=*/false, "segment " + std::to_string(inst.index));
+             [](const Val*) { return c10::Scalar(0.0); }, /*launch=*/false, "segment " + std::to_string(inst.index),
+             device ? *device : currentDeviceLimits());
       for (const GeneratedKernel* k : sk.lastKernels()) {
         if (k != nullptr) sources.push_back(k->source);
       }

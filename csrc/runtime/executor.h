@@ -48,9 +48,11 @@ class FusionExecutor {
   const Fusion& compiledFusion() const { return program_->fusion(); }
   // CUDA source of every kernel the GPU path generates for these inputs (any device, meta too).
   // `meta_outputs`, when given, receives the outputs as meta tensors of this rank's local shapes,
-  // dtypes and strides (what torch.compile's fake implementation of execute returns).
+  // dtypes and strides (what torch.compile's fake implementation of execute returns). Kernels are
+  // generated for `device` (null: the current device, see currentDeviceLimits).
   std::vector<std::string> generatedKernels(const std::vector<RuntimeValue>& inputs,
-                                            std::vector<at::Tensor>* meta_outputs = nullptr);
+                                            std::vector<at::Tensor>* meta_outputs = nullptr,
+                                            const DeviceLimits* device = nullptr);
 
  private:
   // Checks inputs and binds symbolic extents. Returns an error message, empty when fine.
@@ -121,7 +123,8 @@ class FusionExecutorCache {
   // The generated kernels' sources for these inputs (cuda_kernels()), under the same lock.
   std::vector<std::string> generatedKernels(const std::vector<RuntimeValue>& inputs,
                                             std::shared_ptr<FusionExecutor>* used = nullptr,
-                                            std::vector<at::Tensor>* meta_outputs = nullptr);
+                                            std::vector<at::Tensor>* meta_outputs = nullptr,
+                                            const DeviceLimits* device = nullptr);
   // A call this rank cannot even start (`error`, e.g. an input that is not a tensor): it still
   // takes part in the per-call agreement, so that every rank raises. Throws on the other ranks.
   void refuseCall(const std::string& error);

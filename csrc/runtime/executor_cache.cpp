@@ -56,11 +56,12 @@ std::vector<at::Tensor> FusionExecutorCache::run(const std::vector<RuntimeValue>
 
 std::vector<std::string> FusionExecutorCache::generatedKernels(const std::vector<RuntimeValue>& inputs,
                                                               std::shared_ptr<FusionExecutor>* used,
-                                                              std::vector<at::Tensor>* meta_outputs) {
+                                                              std::vector<at::Tensor>* meta_outputs,
+                                                              const DeviceLimits* device) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::shared_ptr<FusionExecutor> executor = executorFor(inputs);
   if (used != nullptr) *used = executor;
-  return executor->generatedKernels(inputs, meta_outputs);
+  return executor->generatedKernels(inputs, meta_outputs, device);
 }
 
 }  // namespace mf

@@ -16,18 +16,19 @@ namespace mf {
 namespace {
 
 std::optional<GeneratedKernel> generate(const KernelSegment& segment, const std::vector<KernelTensorArg>& args,
-                                        std::string* why) {
+                                        const DeviceLimits& device, std::string* why) {
   CodegenOptions options;
-  options.sm_count = currentSmCount();
+  options.device = device;
   ++compileCounters().kernels;
   std::optional<GeneratedKernel> k = generateKernel(segment, args, options, why);
+  if (k && isDumpEnabled(DumpOption::Heuristics)) logText("heuristics", k->name + ":\n" + k->heuristics);
   if (k && isDumpEnabled(DumpOption::CudaKernel)) logText("cuda_kernel", k->source);
   return k;
 }
 
 // The piece for `exprs` with its kernel, or with why_not when the generator refuses it.
 SegmentKernels::Piece makePiece(const std::vector<Expr*>& exprs, const Fusion& fusion,
-                                const SegmentKernels::Values& values) {
+                                const SegmentKernels::Values& values, const DeviceLimits& device) {
   SegmentKernels::Piece p;
   p.exprs = exprs;
   std::unordered_set<const Expr*> in_piece(exprs.begin(), exprs.end());
@@ -41,7 +42,7 @@ SegmentKernels::Piece makePiece(const std::vector<Expr*>& exprs, const Fusion& f
   for (const Val* v : p.segment.inputs) {
     if (v->isTensor()) p.args.push_back(kernelArgOf(values.at(v)));
   }
-  p.kernel = generate(p.segment, p.args, &p.why_not);
+  p.kernel = generate(p.segment, p.args, device, &p.why_not);
   return p;
 }
 
@@ -94,7 +95,7 @@ const GeneratedKernel* SegmentKernels::kernelFor(Piece& p, const std::vector<Ker
     return it->second ? &*it->second : nullptr;
   }
   std::string why;
-  std::optional<GeneratedKernel> k = generate(p.segment, args, &why);
+  std::optional<GeneratedKernel> k = generate(p.segment, args, device_, &why);
   bool known = k && k->name == p.kernel->name;
   for (const auto& [other_args, other] : p.variants) known = known || (k && other && other->name == k->name);
   if (k && !known) ++compileCounters().sources;
@@ -185,7 +186,7 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
     if (p.kernel) ++compileCounters().sources;
     pieces_.push_back(std::move(p));
   };
-  Piece whole = makePiece(exprs, fusion, values);
+  Piece whole = makePiece(exprs, fusion, values, device_);
   if (whole.kernel || exprs.size() == 1) {
     finish(std::move(whole));
     return;
@@ -195,7 +196,7 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
   for (Expr* e : exprs) {
     std::vector<Expr*> grown = group;
     grown.push_back(e);
-    Piece candidate = makePiece(grown, fusion, values);
+    Piece candidate = makePiece(grown, fusion, values, device_);
     if (candidate.kernel) {
       group = std::move(grown);
       accepted = std::move(candidate);
@@ -204,7 +205,7 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
     if (accepted) finish(std::move(*accepted));
     accepted.reset();
     group.clear();
-    Piece alone = makePiece({e}, fusion, values);
+    Piece alone = makePiece({e}, fusion, values, device_);
     if (alone.kernel) {
       group = {e};
       accepted = std::move(alone);
@@ -216,10 +217,15 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
 }
 
 void SegmentKernels::run(const std::vector<Expr*>& exprs, const Fusion& fusion, Values& values, const EvalFn& eval,
-                         const ScalarFn& scalar, bool do_launch, const std::string& label) {
+                         const ScalarFn& scalar, bool do_launch, const std::string& label, const DeviceLimits& device) {
   last_.clear();
   last_kernels_.clear();
+  if (planned_ && device != device_) {  // another device (or cuda_kernels for another architecture): plan again
+    planned_ = false;
+    pieces_.clear();
+  }
   if (!planned_) {
+    device_ = device;
     plan(exprs, fusion, values, eval, scalar, do_launch, label);
     for (const Piece& p : pieces_) last_kernels_.push_back(p.kernel ? &*p.kernel : nullptr);
     return;

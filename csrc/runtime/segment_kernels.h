@@ -50,9 +50,10 @@ class SegmentKernels {
   using ScalarFn = std::function<c10::Scalar(const Val*)>;
 
   // Runs the segment (`launch`: generated kernels on CUDA tensors; else every piece on ATen, as on
-  // meta tensors, still planning the pieces). `label` names the segment in dumps.
+  // meta tensors, still planning the pieces). `label` names the segment in dumps. Kernels are
+  // generated for `device`; a run for other limits than the plan's plans again.
   void run(const std::vector<Expr*>& exprs, const Fusion& fusion, Values& values, const EvalFn& eval,
-           const ScalarFn& scalar, bool launch, const std::string& label);
+           const ScalarFn& scalar, bool launch, const std::string& label, const DeviceLimits& device);
   bool planned() const { return planned_; }
   const std::vector<Piece>& pieces() const { return pieces_; }
   // What ran each piece on the last run: a kernel's scheduler or "expr_eval".
@@ -70,6 +71,7 @@ class SegmentKernels {
   // Launches the piece's kernel when its args still match; false when ATen must run it.
   bool launch(const Piece& p, const GeneratedKernel& k, Values& values, const ScalarFn& scalar);
   bool planned_ = false;
+  DeviceLimits device_;  // what the pieces' kernels were generated for
   std::vector<Piece> pieces_;
   std::vector<std::string> last_;
   std::vector<const GeneratedKernel*> last_kernels_;

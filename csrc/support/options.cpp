@@ -12,7 +12,7 @@ namespace {
 
 constexpr std::array<const char*, static_cast<size_t>(DumpOption::kCount)> kDumpNames = {
     "fusion_ir", "pass_ir", "host_program", "cuda_kernel", "fallback", "communication", "recompile",
-    "partitions"};  // partitions: read by the torch.compile backend (python/meshfuser/dynamo)
+    "partitions", "heuristics"};  // partitions: read by the torch.compile backend (python/meshfuser/dynamo)
 constexpr std::array<const char*, static_cast<size_t>(DisableOption::kCount)> kDisableNames = {
     "codegen", "collective_validation"};
 

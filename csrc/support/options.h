@@ -10,7 +10,7 @@
 namespace mf {
 
 enum class DumpOption {
-  FusionIr, PassIr, HostProgram, CudaKernel, Fallback, Communication, Recompile, Partitions, kCount
+  FusionIr, PassIr, HostProgram, CudaKernel, Fallback, Communication, Recompile, Partitions, Heuristics, kCount
 };
 enum class DisableOption { Codegen, CollectiveValidation, kCount };
 

@@ -15,7 +15,7 @@ from .fusion_definition import FusionDefinition, TensorView, shard_tensor
 from .profiler import Profiler, PythonProfiler
 from .visualize import visualize_sharding
 from . import dtensor  # noqa: F401  (meshfuser.dtensor after `import meshfuser`)
-from ._C import set_cache_limits, compile_counters
+from ._C import set_cache_limits, compile_counters, DeviceLimits, device_limits, known_architectures
 
 _logging.install()
 
@@ -37,5 +37,6 @@ def __getattr__(name):
 __all__ = [
     "DataType", "ParallelType", "DeviceMesh", "FusionDefinition", "TensorView", "Communicator",
     "Error", "ArgumentError", "InternalError", "Profiler", "PythonProfiler", "shard_tensor", "__version__",
-    "cmake_prefix_path", "set_cache_limits", "compile_counters", "visualize_sharding",
+    "cmake_prefix_path", "set_cache_limits", "compile_counters", "visualize_sharding", "DeviceLimits",
+    "device_limits", "known_architectures",
 ]

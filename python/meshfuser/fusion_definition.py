@@ -521,13 +521,16 @@ class FusionDefinition:
             return outputs, self.get_output_shardings()
         return outputs
 
-    def cuda_kernels(self, inputs):
+    def cuda_kernels(self, inputs, arch=None, device_limits=None):
         """CUDA C++ source of each kernel the GPU path generates for inputs of these shapes and
-        dtypes. Works without a GPU: inputs may be CPU or meta tensors."""
+        dtypes. Works without a GPU: inputs may be CPU or meta tensors. The kernels are generated
+        for the current CUDA device, or without one for sm_90 (H100/H200); arch="sm_80" takes that
+        architecture's limits (meshfuser.known_architectures()), device_limits a
+        meshfuser.DeviceLimits or a dict of fields overriding the arch's (e.g. {"sm_count": 54})."""
         self._ensure_defined()
         from .distributed import _ensure_initialized
         _ensure_initialized()
-        return self._handle.cuda_kernels(list(inputs))
+        return self._handle.cuda_kernels(list(inputs), arch, device_limits)
 
     def get_output_shardings(self):
         """One Sharding per output of the last execute: .mesh and .axis_sharded_on(parallel_type)."""

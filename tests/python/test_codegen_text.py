@@ -1,9 +1,8 @@
 """Generated kernel text without a GPU: which kernels a fusion becomes (structure checks on the CUDA
-source from fd.cuda_kernels on CPU tensors) and an nvcc sm_90 compile of the whole corpus (skipped
-with the reason when nvcc is not on the machine)."""
+source from fd.cuda_kernels on CPU tensors). The nvcc compile of the kernel corpus for every
+architecture is in test_codegen_arch.py."""
 import os
 import re
-import shutil
 import subprocess
 import sys
 
@@ -14,6 +13,7 @@ from meshfuser import DataType, FusionDefinition
 
 sys.path.insert(0, os.path.dirname(__file__))
 import norm_patterns  # noqa: E402
+from kernel_corpus import transposed_3d_neg  # noqa: E402
 
 DTYPES = {torch.float32: DataType.Float, torch.bfloat16: DataType.BFloat16, torch.float16: DataType.Half}
 
@@ -157,14 +157,6 @@ def test_double_compute_keeps_float_vectors_float():
             assert re.search(r"reinterpret_cast<mf_array<float, \d+>\*>\(T\d+ \+", src), label  # the float output
 
 
-def transposed_3d_neg():
-    """A 3-D transpose whose output T1 shares its number with the coordinate of axis 1."""
-    with FusionDefinition() as fd:
-        a = fd.define_tensor([-1, -1, -1])
-        fd.add_output(fd.ops.neg(a))
-    return fd, [torch.empty_strided((64, 8, 32), (1, 64, 512))]
-
-
 def test_int32_results_wrap_at_every_op():
     # Integers are computed in double: each int32 result wraps where PyTorch's does (not only at the
     # store), and a product is formed in 64-bit integers (a double loses bits past 2^53).
@@ -246,48 +238,6 @@ def test_review_fixes_in_kernel_text():
     fd, inputs = transposed_3d_neg()
     (src,) = fd.cuda_kernels(inputs)
     assert scheduler_of(src) == "transpose" and "const int o1 " not in src and "mf_o1" in src
-
-
-def corpus():
-    """(label, source) for a spread of kernels: every normalization pattern at several widths and
-    dtypes, contiguous and transposed, and the pointwise/reduction kernels."""
-    out = []
-    fd, inputs = transposed_3d_neg()
-    out.extend(("transposed_3d_neg", src) for src in fd.cuda_kernels(inputs))
-    for label, fd, inputs in norm_patterns.mixed_precision_fusions():
-        out.extend((label, src) for src in fd.cuda_kernels(inputs))
-    for name in norm_patterns.PATTERNS:
-        for dtype in (torch.float32, torch.bfloat16):
-            for rows, cols in [(4, 1), (8, 7), (16, 1000), (4096, 4096), (2, 65537), (64, 256)]:
-                for src in kernels(name, dtype, rows, cols):
-                    out.append((f"{name}_{dtype}_{rows}x{cols}", src))
-        for src in kernels(name, torch.float16, 16, 1000, transposed=True):
-            out.append((f"{name}_half_transposed", src))
-    for dtype in (torch.float32, torch.bfloat16):
-        for rows, cols in [(1024, 512), (1000, 777), (33, 4096)]:
-            for src in kernels("transposed_add", dtype, rows, cols):
-                out.append((f"transposed_add_{dtype}_{rows}x{cols}", src))
-    for name in norm_patterns.OUTER_PATTERNS:
-        for dtype in (torch.float32, torch.bfloat16):
-            for src in kernels(name, dtype, 1000, 100):
-                out.append((f"{name}_{dtype}", src))
-    return out
-
-
-@pytest.mark.timeout(900)  # one nvcc run over ~100 kernels: a minute or two on a loaded machine
-def test_corpus_compiles_with_nvcc_for_sm90(tmp_path):
-    nvcc = shutil.which("nvcc") or ("/usr/local/bin/nvcc" if os.path.exists("/usr/local/bin/nvcc") else None)
-    if nvcc is None:
-        pytest.skip("nvcc is not on this machine: the sm_90 compile of the generated corpus did not run")
-    sources = corpus()
-    assert len(sources) >= 80
-    # One translation unit: each kernel in its own namespace (extern "C" names are distinct hashes).
-    text = "\n".join(f"namespace k{i} {{  // {label}\n{src}\n}}\n" for i, (label, src) in enumerate(sources))
-    cu = tmp_path / "corpus.cu"
-    cu.write_text(text)
-    r = subprocess.run([nvcc, "-arch=sm_90", "-std=c++17", "-c", str(cu), "-o", str(tmp_path / "corpus.o")],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-4000:]
 
 
 def test_transposed_operand_goes_through_a_shared_memory_tile():

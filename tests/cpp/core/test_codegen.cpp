@@ -541,7 +541,7 @@ TEST(CodegenTest, LaunchConfigs) {
   EXPECT_EQ(l.block_x, 256);
   EXPECT_EQ(l.grid_x, 1024);
   CodegenOptions small;
-  small.sm_count = 10;
+  small.device.sm_count = 10;
   EXPECT_EQ(launchOf(unaryFloat({1024, 1024}), small).grid_x, 80);
   l = launchOf(unaryFloat({0, 16}));
   EXPECT_EQ(l.grid_x, 1);
