@@ -14,8 +14,8 @@ On N ranks every implementation is sharded the same way (Megatron): TP keeps act
 replicated (an Allreduce after each row-parallel linear), SP splits them on the sequence (an
 Allgather before each column-parallel part, a ReduceScatter after each row-parallel one). The
 PyTorch versions use functional collectives so that torch.compile sees them.
-Defaults: bf16, hidden 4096, 32 heads, sequence 8192, batch 1 (the figures in the notes). On CPU a
-smoke run of the same code at tiny shapes (no breakdown: it reads the GPU's kernel timeline)."""
+Defaults: bf16, hidden 4096, 32 heads, sequence 8192, batch 1 (the figures in benchmarks/README.md). On
+CPU a smoke run of the same code at tiny shapes (no breakdown: it reads the GPU's kernel timeline)."""
 import argparse
 import os
 import sys

@@ -298,8 +298,8 @@ def define_gpt_backward(fd, b, s, h, hd, dtype=DataType.Float, mesh=None, form="
     GPT_PARAMS entry. SP mirrors the forward: the gradient is gathered before each row-parallel
     linear's backward (the forward's ReduceScatter) and the column-parallel input gradients are
     reduce-scattered (the forward's Allgather); LayerNorm weight gradients, partial per sequence
-    shard, are Allreduced. TP: the column-parallel input gradients are partial sums; the planner adds
-    the q, k and v ones before one Allreduce (sum_partials), so two Allreduces in all."""
+    shard, are Allreduced. The column-parallel input gradients are partial sums: the planner adds
+    the q, k and v ones before one Allreduce (TP) or ReduceScatter (SP) (sum_partials)."""
     e, rows = h * hd, b * s
     shapes = gpt_shapes(b, s, e)
     saved_shapes = {"ln0": [b, s, e], "q": [b, s, e], "k": [b, s, e], "v": [b, s, e], "attn": [b, s, e],
@@ -459,10 +459,10 @@ LLAMA_GRADS = [n for n in LLAMA_PARAMS if n not in ("cos", "sin")]
 
 def define_llama_backward(fd, b, s, h, hd, ffn, dtype=DataType.Float, mesh=None, form="tp", kv_heads=None):
     """The Llama-style block backward in fd: inputs dy, LLAMA_SAVED, LLAMA_PARAMS; outputs one
-    gradient per LLAMA_GRADS entry. Communications as define_gpt_backward's: TP sums the gate and up
-    input-gradient partials before one Allreduce and the q, k and v ones before another; SP gathers
-    the gradient before each row-parallel linear's backward, reduce-scatters the column-parallel
-    input gradients and Allreduces the RMSNorm weight gradients."""
+    gradient per LLAMA_GRADS entry. Communications as define_gpt_backward's: the gate and up
+    input-gradient partials are summed before one Allreduce (TP) or ReduceScatter (SP), and the q, k
+    and v ones before another; SP also gathers the gradient before each row-parallel linear's
+    backward and Allreduces the RMSNorm weight gradients."""
     e, rows, heads = h * hd, b * s, _llama_heads(h, kv_heads)
     kv = heads["k"] * hd
     saved_shapes = {"normed0": [b, s, e], "q": [b, s, e], "k": [b, s, kv], "v": [b, s, kv], "attn": [b, s, e],

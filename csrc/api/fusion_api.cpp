@@ -184,7 +184,9 @@ std::vector<Value> op(const std::string& name, const std::vector<Value>& operand
 
 std::vector<std::string> names() {
   std::vector<std::string> r;
-  for (const mf::OpInfo& info : mf::allOps()) r.push_back(info.name);
+  for (const mf::OpInfo& info : mf::allOps()) {
+    if (info.build != nullptr) r.push_back(info.name);  // the exchanges: allToAllDispatch/allToAllCombine
+  }
   return r;
 }
 
@@ -286,12 +288,35 @@ TensorView gather(const TensorView& x, int64_t dim, const TensorView& index) {
 TensorView scatter(const TensorView& x, int64_t dim, const TensorView& index, const TensorView& src) {
   return single("scatter", {x, index, src}, {{"dim", dim}});
 }
+TensorView scatterReduce(const TensorView& x, int64_t dim, const TensorView& index, const TensorView& src,
+                         const std::string& reduce, bool include_self) {
+  return single("scatter_reduce", {x, index, src},
+                {{"dim", dim}, {"reduce", reduce}, {"include_self", include_self}});
+}
 TensorView indexAdd(const TensorView& x, int64_t dim, const TensorView& index, const TensorView& src) {
   return single("index_add", {x, index, src}, {{"dim", dim}});
 }
 TensorView cumsum(const TensorView& x, int64_t dim) { return single("cumsum", {x}, {{"dim", dim}}); }
 TensorView bincount(const TensorView& x, int64_t minlength) {
   return single("bincount", {x}, {{"minlength", minlength}});
+}
+// The exchanges are built by their typed builders (the dispatch makes the counts exchange too).
+std::pair<TensorView, TensorView> allToAllDispatch(const TensorView& tokens, const TensorView& counts,
+                                                   ParallelType mesh_axis, int64_t team_size) {
+  auto* t = static_cast<mf::TensorView*>(OpAccess::get(tokens));
+  auto* c = static_cast<mf::TensorView*>(OpAccess::get(counts));
+  MF_USER_ARG_CHECK(t->fusion() == c->fusion(), "allToAllDispatch: tokens and counts belong to different Fusions");
+  auto [received, recv_counts] = mf::allToAllDispatch(t, c, meshfuser::toInternal(mesh_axis), team_size);
+  return {OpAccess::make(received).tensor(), OpAccess::make(recv_counts).tensor()};
+}
+TensorView allToAllCombine(const TensorView& expert_out, const TensorView& counts, const TensorView& recv_counts) {
+  std::vector<mf::TensorView*> tvs;
+  for (const TensorView* tv : {&expert_out, &counts, &recv_counts}) {
+    tvs.push_back(static_cast<mf::TensorView*>(OpAccess::get(*tv)));
+    MF_USER_ARG_CHECK(tvs.back()->fusion() == tvs.front()->fusion(),
+                      "allToAllCombine: the operands belong to different Fusions");
+  }
+  return OpAccess::make(mf::allToAllCombine(tvs[0], tvs[1], tvs[2])).tensor();
 }
 }  // namespace ops
 

@@ -269,6 +269,8 @@ void bindIr(py::module& m) {
   ops.def("gather", keepsFusion(&gather), py::arg("x"), py::arg("dim"), py::arg("index"),
           py::arg("exact_extents") = false);
   ops.def("scatter", keepsFusion(&scatter), py::arg("x"), py::arg("dim"), py::arg("index"), py::arg("src"));
+  ops.def("scatter_reduce", keepsFusion(&scatterReduce), py::arg("x"), py::arg("dim"), py::arg("index"),
+          py::arg("src"), py::arg("reduce"), py::arg("include_self") = true);
   ops.def("index_add", keepsFusion(&indexAdd), py::arg("x"), py::arg("dim"), py::arg("index"), py::arg("src"));
   ops.def("cumsum", keepsFusion(&cumsum), py::arg("x"), py::arg("dim"), py::arg("dtype") = py::none());
   ops.def("bincount", keepsFusion(&bincount), py::arg("x"), py::arg("minlength"));
@@ -285,6 +287,7 @@ void bindIr(py::module& m) {
           else if (py::isinstance<py::float_>(value)) given.set(k, value.cast<double>());
           else if (value.is_none()) given.set(k, OptionalFloat());
           else if (py::isinstance<DataType>(value)) given.set(k, value.cast<DataType>());
+          else if (py::isinstance<py::str>(value)) given.set(k, value.cast<std::string>());
           else given.set(k, value.cast<std::vector<int64_t>>());
         }
         std::vector<Val*> outs = buildOp(name, operands, given);
@@ -294,12 +297,21 @@ void bindIr(py::module& m) {
         return t;
       },
       py::arg("name"), py::arg("operands"), py::arg("attrs"));
+  // Expert parallelism (Python's fd.ops takes a mesh or a team size).
+  ops.def(
+      "all_to_all_dispatch",
+      [=](TensorView* tokens, TensorView* counts, ParallelType mesh_axis, int64_t team_size) {
+        return pairOf(allToAllDispatch(tokens, counts, mesh_axis, team_size));
+      },
+      py::arg("tokens"), py::arg("counts"), py::arg("mesh_axis"), py::arg("team_size"));
+  ops.def("all_to_all_combine", keepsFusion(&allToAllCombine), py::arg("expert_out"), py::arg("counts"),
+          py::arg("recv_counts"));
   py::enum_<OpType> op_type(m, "OpType");
   for (const OpInfo& info : allOps()) op_type.value(info.name, info.op);
   // The registry as Python sees it: fd.ops builds its plain unary and binary functions from it.
   ops.def("table", [] {
     static const char* kKinds[] = {"unary",  "binary", "ternary",   "layout",      "source",
-                                   "gather", "reduction", "contraction", "attention", "routing"};
+                                   "gather", "reduction", "contraction", "attention", "routing", "exchange"};
     py::list rows;
     for (const OpInfo& info : allOps()) {
       rows.append(py::make_tuple(info.name, kKinds[static_cast<int>(info.kind)], !info.attributes.empty()));

@@ -130,8 +130,8 @@ void checkDeviceLimits(const DeviceLimits& d) {
   for (const Field& f : fields()) {
     MF_USER_CHECK(d.*f.member > 0, "device_limits: ", f.name, " must be positive, got ", d.*f.member);
   }
-  MF_USER_CHECK(d.warp_size == 32, "device_limits: warp_size must be 32 (the generated kernels' shuffles use 32 lanes), got ",
-                d.warp_size);
+  MF_USER_CHECK(d.warp_size == 32,
+                "device_limits: warp_size must be 32 (the generated kernels' shuffles use 32 lanes), got ", d.warp_size);
   MF_USER_CHECK(d.max_threads_per_block >= d.warp_size && d.max_threads_per_block <= d.max_threads_per_sm,
                 "device_limits: max_threads_per_block must be between warp_size (", d.warp_size,
                 ") and max_threads_per_sm (", d.max_threads_per_sm, "), got ", d.max_threads_per_block);

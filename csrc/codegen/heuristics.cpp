@@ -71,7 +71,8 @@ std::string ReductionParams::toString() const {
              " with >= ", rows_per_sm_for_many, " rows per SM), ", warp, " x ", warps_per_block,
              " blocks; else ", many_rows_block, " threads per row (many rows) or up to ", few_rows_max_block,
              "; outer: columns per block ", min_outer_columns, "..", warp, ", ", outer_block, " threads (",
-             outer_block_few_tiles, " with fewer tiles than SMs); unroll ", unroll, "; grid <= ", sm_count, " SMs x ", threads_per_sm,
+             outer_block_few_tiles, " with fewer tiles than SMs); unroll ", unroll, "; grid <= ", sm_count,
+             " SMs x ", threads_per_sm,
              " threads per SM / block");
 }
 
@@ -89,7 +90,8 @@ NormalizationParams NormalizationParams::forDevice(const DeviceLimits& d) {
   p.can_stage = d.hasCpAsync();
   const int64_t per_block = d.shared_mem_per_sm / kStagedBlocksPerSm - 2 * d.reserved_shared_mem_per_block;
   p.staged_bytes_per_block =
-      std::min({kMaxStagedBytes, per_block / kKiB * kKiB, d.shared_mem_per_block_optin - d.reserved_shared_mem_per_block});
+      std::min({kMaxStagedBytes, per_block / kKiB * kKiB,
+                d.shared_mem_per_block_optin - d.reserved_shared_mem_per_block});
   p.threads_per_sm = d.max_threads_per_sm;
   p.sm_count = d.sm_count;
   p.max_threads_per_block = d.max_threads_per_block;
@@ -105,7 +107,8 @@ std::string NormalizationParams::toString() const {
              " registers and ", max_unrolled_elements, " elements per thread; resident blocks for >= ",
              resident_blocks_min_threads, " threads with <= ",
              small_row_bytes, " row bytes per thread: ", registers_per_sm, " registers / (threads x ",
-             registers_for_two_blocks, "); staged rows ", can_stage ? str("<= ", staged_bytes_per_block, " bytes") : "off",
+             registers_for_two_blocks,
+             "); staged rows ", can_stage ? str("<= ", staged_bytes_per_block, " bytes") : "off",
              ", grid one wave of ", threads_per_sm, " threads per SM; outer ", outer_block_x, " x ", outer_block_y,
              ", ", outer_blocks_per_sm, " blocks per SM; ", sm_count, " SMs");
 }
@@ -147,8 +150,8 @@ std::string heuristicsText(const Schedule& s, const DeviceLimits& device) {
                            l.block_x, "x", l.block_y, ", grid ", l.grid_x, ", min blocks per SM ", l.min_blocks,
                            ", dynamic shared ", l.shared_mem_bytes, " bytes");
   if (s.kind == Kind::Normalization) {
-    chosen += str(s.norm.persistent ? ", persistent " : ", multi-pass ", s.norm.iters, " groups, ", s.norm.cached.size(),
-                  " cached, ", s.norm.staged.size(), " staged");
+    chosen += str(s.norm.persistent ? ", persistent " : ", multi-pass ", s.norm.iters, " groups, ",
+                  s.norm.cached.size(), " cached, ", s.norm.staged.size(), " staged");
   }
   return str("device: ", device.toString(), "\n", params, "\n", chosen);
 }

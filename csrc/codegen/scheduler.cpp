@@ -162,7 +162,8 @@ bool chooseTranspose(const Analysis& a, const CodegenOptions& o, Schedule* s) {
   }
   // Static shared memory: the float tiles (lanes_b vec x tile_a) of every transposed load, within the cap.
   auto tile_bytes = [&] {
-    return static_cast<int64_t>(s->transposed.size()) * tp.lanes_b * s->vec * tp.tile_a * static_cast<int64_t>(sizeof(float));
+    const int64_t loads = static_cast<int64_t>(s->transposed.size());
+    return loads * tp.lanes_b * s->vec * tp.tile_a * static_cast<int64_t>(sizeof(float));
   };
   while (s->vec > 1 && tile_bytes() > tp.tile_bytes_cap) s->vec /= 2;
   if (tile_bytes() > tp.tile_bytes_cap) {

@@ -37,6 +37,11 @@ TransferBytes communicationBytes(const Communication& c, int64_t rank,
   switch (c.type) {
     case CommunicationType::LocalSlice:
     case CommunicationType::NoOp: return b;
+    // The exchanges move what the counts say: the executor counts them as they run
+    // (FusionExecutor::exchange_bytes_); from the extents alone they are unknown.
+    case CommunicationType::ExpertCounts:
+    case CommunicationType::Dispatch:
+    case CommunicationType::Combine: return b;
     case CommunicationType::Allgather: return both((n - 1) * localBytes(c.input, extents));
     case CommunicationType::ReduceScatter: return both((n - 1) * localBytes(c.input, extents) / n);
     case CommunicationType::Allreduce: return both(2 * (n - 1) * localBytes(c.input, extents) / n);

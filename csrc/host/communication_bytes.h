@@ -9,6 +9,7 @@
 //   Broadcast      the root sends P to each other member; the others receive P
 //   Gather/Scatter/SendRecv: each pair's piece, counted at its sender and its receiver
 //   LocalSlice, NoOp: nothing.
+//   The expert-parallel exchanges: 0 here; their bytes follow the counts, known when they run.
 #pragma once
 
 #include <cstdint>

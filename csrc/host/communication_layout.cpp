@@ -73,7 +73,10 @@ void planCommunicationLayouts(HostProgram& hp) {
       case CommunicationType::Gather: l.recv_merge_axis = c.out_axis; break;   // senders' shards, in mesh order
       case CommunicationType::Scatter: l.slice_axis = c.out_axis; break;       // the root sends each receiver its block
       case CommunicationType::SendRecv:
-      case CommunicationType::Broadcast: break;  // whole contiguous buffers
+      case CommunicationType::Broadcast:
+      case CommunicationType::ExpertCounts:  // the exchanges: rows, regrouped by runtime/run_exchange.cpp
+      case CommunicationType::Dispatch:
+      case CommunicationType::Combine: break;  // whole contiguous buffers
     }
   }
 }

@@ -20,6 +20,9 @@ const char* toString(CommunicationType t) {
     case CommunicationType::Scatter: return "Scatter";
     case CommunicationType::SendRecv: return "SendRecv";
     case CommunicationType::NoOp: return "NoOp";
+    case CommunicationType::ExpertCounts: return "AllToAll";
+    case CommunicationType::Dispatch:
+    case CommunicationType::Combine: return "AllToAllV";
   }
   MF_THROW_INTERNAL("bad CommunicationType");
 }
@@ -41,6 +44,15 @@ std::string Communication::toString() const {
   if (out_axis >= 0) ss << " out_axis=" << out_axis;
   if (reduced_axis >= 0) ss << " reduced_axis=" << reduced_axis << " op=" << mf::toString(reduce_op);
   for (auto [s, r] : pairs) ss << " " << s << "->" << r;
+  if (type == CommunicationType::ExpertCounts) {
+    ss << " (expert counts: rows per team member's experts from " << counts->toString() << ")";
+  } else if (type == CommunicationType::Dispatch) {
+    ss << " (dispatch: splits from " << counts->toString() << " and " << recv_counts->toString() << "; receives "
+       << output->logicalNoReductions()[0]->extent().toString() << " rows, an extent bound at run time)";
+  } else if (type == CommunicationType::Combine) {
+    ss << " (combine: splits from " << counts->toString() << " and " << recv_counts->toString() << "; sends the "
+       << input->logicalNoReductions()[0]->extent().toString() << " rows back)";
+  }
   std::string l = layout.toString();
   if (!l.empty()) ss << " layout: " << l;
   return ss.str();

@@ -14,7 +14,17 @@ namespace mf {
 
 // NoOp: a collective on a one-device team; nothing is posted (the output is the input, with the
 // partials' device axis dropped for a reduction).
-enum class CommunicationType { Allgather, ReduceScatter, Allreduce, LocalSlice, AllToAll, Broadcast, Gather, Scatter, SendRecv, NoOp };
+// The expert-parallel exchange (ir/ops_exchange.cpp): ExpertCounts, an AllToAll of the rows each
+// team member's experts get from this rank (and whether this rank's counts are valid); Dispatch and
+// Combine, AllToAllV of rows with split sizes from those counts (printed "AllToAllV").
+enum class CommunicationType {
+  Allgather, ReduceScatter, Allreduce, LocalSlice, AllToAll, Broadcast, Gather, Scatter, SendRecv, NoOp,
+  ExpertCounts, Dispatch, Combine
+};
+// The exchanges, whose bytes depend on the data (the counts), not on extents alone.
+inline bool isExchange(CommunicationType t) {
+  return t == CommunicationType::ExpertCounts || t == CommunicationType::Dispatch || t == CommunicationType::Combine;
+}
 const char* toString(CommunicationType t);
 
 // How a communication's buffers are laid out around the c10d primitive: decided at lowering
@@ -42,6 +52,12 @@ struct Communication {
   int64_t in_axis = -1;       // input runtime axis that is split across the team (AllToAll, SendRecv)
   int64_t out_axis = -1;      // output runtime axis that is split across the team (gathered/scattered)
   int64_t reduced_axis = -1;  // input runtime axis holding the per-device partials (reductions)
+  // The exchanges: this rank's rows per expert, and the rows each source sends each local expert
+  // (Dispatch, Combine; the ExpertCounts that made them has only `counts`). `rows`: the tensor
+  // whose row count the counts must cover (ExpertCounts: the dispatch's tokens).
+  TensorView* counts = nullptr;
+  TensorView* recv_counts = nullptr;
+  TensorView* rows = nullptr;
   // For SendRecv: pairs (sender, receiver).
   std::vector<std::pair<int64_t, int64_t>> pairs;
   CommunicationLayout layout;

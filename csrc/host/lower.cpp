@@ -2,7 +2,7 @@
 // Requires: every resharding expr is a single `set` or a single-axis device reduction
 //   (decompose_reshardings).
 // Guarantees: compute exprs are grouped into segments in topological order; each resharding expr
-//   becomes one Communication chosen by the table of DESIGN.md section 6, with its team taken from
+//   becomes one Communication chosen by the table of docs/design.md section 6, with its team taken from
 //   the mesh slice along the parallel type that changes; a Wait sits right before the first use of
 //   a communication's output; a Deallocate follows each intermediate's last use. Exprs whose
 //   output mesh excludes this rank are dropped.
@@ -165,6 +165,51 @@ Communication lowerSameMeshOrMove(HostProgram& hp, Expr* e, int64_t rank) {
 
 bool participates(const TensorView* tv, int64_t rank) { return !tv->hasMesh() || tv->mesh().has(rank); }
 
+// An expert-parallel exchange (ir/ops_exchange.cpp) as one communication over its mesh axis. Its
+// operands and results are rank-local rows: a device split on any of them is a user error here.
+Communication lowerExchange(HostProgram& hp, Expr* e, int64_t rank) {
+  // Named as the user wrote it (the counts' exchange is part of all_to_all_dispatch).
+  const char* op = e->op() == OpType::AllToAllCombine ? "all_to_all_combine" : "all_to_all_dispatch";
+  Communication c;
+  const std::string& axis = e->attr<std::string>("mesh_axis");
+  for (ParallelType pt : kDeviceParallelTypes) {
+    if (axis == toString(pt)) c.pt = pt;
+  }
+  c.input = static_cast<TensorView*>(e->input(0));
+  c.output = e->out();
+  c.counts = static_cast<TensorView*>(e->op() == OpType::AllToAllCounts ? e->input(0) : e->input(1));
+  if (e->op() == OpType::AllToAllCounts) {
+    c.type = CommunicationType::ExpertCounts;
+    c.rows = static_cast<TensorView*>(e->input(1));
+  } else {
+    c.type = e->op() == OpType::AllToAllDispatch ? CommunicationType::Dispatch : CommunicationType::Combine;
+    c.recv_counts = static_cast<TensorView*>(e->input(2));
+  }
+  std::vector<const TensorView*> tvs = {c.output};
+  for (Val* v : e->inputs()) tvs.push_back(static_cast<const TensorView*>(v));
+  const DeviceMesh& mesh = c.input->mesh();
+  MF_USER_CHECK(c.input->hasMesh() && mesh.hasParallelType(c.pt), op, ": ", c.input->label(),
+                " needs a device mesh with axis ", toString(c.pt), " (set_device_mesh); its mesh is ",
+                c.input->hasMesh() ? mesh.toString() : std::string("none"));
+  for (const TensorView* tv : tvs) {
+    MF_USER_CHECK(tv->mesh() == mesh, op, ": ", tv->label(), " lives on mesh ", tv->mesh().toString(), " but ",
+                  c.input->label(), " on ", mesh.toString(), "; the exchange runs on one mesh");
+    for (const IterDomain* id : tv->loop()) {
+      MF_USER_CHECK(!id->isDeviceDim() || id->isReduction(), op, ": ", tv->label(), " is split on ",
+                    toString(id->parallelType()), " (", tv->domainString(), "); the exchange's operands and results ",
+                    "are this rank's own rows, never split over devices");
+    }
+  }
+  const int64_t team_size = mesh.size(c.pt);
+  const TensorView* recv_counts = e->op() == OpType::AllToAllCounts ? c.output : c.recv_counts;
+  const int64_t declared = recv_counts->logicalNoReductions()[0]->extent().value;
+  MF_USER_CHECK(declared == team_size, op, ": the exchange was defined for ", declared, " devices, but mesh ",
+                mesh.toString(), " has ", team_size, " along ", toString(c.pt));
+  addTeams(hp, mesh, c.pt);
+  if (mesh.has(rank)) c.team = mesh.slice(rank, c.pt);
+  return c;
+}
+
 }  // namespace
 
 std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, int64_t rank) {
@@ -183,8 +228,9 @@ std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, 
     }
   };
   for (Expr* e : f.exprs()) {
-    if (isResharding(e)) {
-      Communication c = lowerResharding(*hp, e, rank);
+    const bool exchange = isExchange(e->op());
+    if (exchange || isResharding(e)) {
+      Communication c = exchange ? lowerExchange(*hp, e, rank) : lowerResharding(*hp, e, rank);
       if (c.team.empty()) continue;  // this rank takes no part
       wait_for(e->inputs());
       hp->communications().push_back(c);
@@ -223,11 +269,13 @@ std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, 
         // An output nothing reads (attention's RNG state, say) dies where it is made.
         for (Val* out : e->outputs()) last_use.emplace(out, i);
       }
-    } else if (inst.kind == HostInstruction::Kind::PostCommunication) {
-      last_use[hp->communications()[inst.index].input] = i;
-    } else if (inst.kind == HostInstruction::Kind::Wait) {
-      // The input of a communication lives until its wait.
-      last_use[hp->communications()[inst.index].input] = i;
+    } else if (inst.kind == HostInstruction::Kind::PostCommunication ||
+               inst.kind == HostInstruction::Kind::Wait) {
+      // The input of a communication lives until its wait, as do the counts an exchange reads.
+      const Communication& c = hp->communications()[inst.index];
+      for (TensorView* tv : {c.input, c.counts, c.recv_counts, c.rows}) {
+        if (tv != nullptr) last_use[tv] = i;
+      }
     }
   }
   std::vector<HostInstruction> with_frees;

@@ -1,5 +1,7 @@
 #include "ir/attributes.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <sstream>
@@ -19,6 +21,7 @@ const char* toString(AttrType t) {
     case AttrType::OptionalFloat: return "float or none";
     case AttrType::Dtype: return "dtype";
     case AttrType::Ints: return "int list";
+    case AttrType::Name: return "name";
   }
   MF_THROW_INTERNAL("bad AttrType");
 }
@@ -50,6 +53,12 @@ bool finiteOrNone(const AttrValue& v) {
   return !s || std::isfinite(*s);
 }
 bool floatingDtype(const AttrValue& v) { return isFloatingPoint(std::get<DataType>(v)); }
+bool meshAxisName(const AttrValue& v) {
+  for (ParallelType pt : kDeviceParallelTypes) {
+    if (std::get<std::string>(v) == toString(pt)) return true;
+  }
+  return false;
+}
 
 const AttrValue* Attributes::find(const std::string& name) const {
   for (const auto& [n, v] : items_) {
@@ -116,6 +125,7 @@ std::string attrValueText(const AttrValue& v) {
     }
     case AttrType::Dtype: return toString(std::get<DataType>(v));
     case AttrType::Ints: return listText(std::get<Ints>(v));
+    case AttrType::Name: return std::get<std::string>(v);
   }
   MF_THROW_INTERNAL("bad attribute value");
 }
@@ -178,6 +188,13 @@ std::optional<AttrValue> parseAttrValue(AttrType t, const std::string& raw) {
         list.push_back(*i);
       }
       return AttrValue(list);
+    }
+    case AttrType::Name: {
+      const bool word = !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+      });
+      if (word) return AttrValue(text);
+      return std::nullopt;
     }
   }
   return std::nullopt;

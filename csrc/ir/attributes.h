@@ -21,8 +21,9 @@ using Ints = std::vector<int64_t>;
 using OptionalFloat = std::optional<double>;
 
 // The kinds of attribute values; the order matches AttrValue's alternatives.
-enum class AttrType { Int, Bool, Float, OptionalFloat, Dtype, Ints };
-using AttrValue = std::variant<int64_t, bool, double, OptionalFloat, DataType, Ints>;
+// Name: one of a few words (scatter_reduce's reduce=sum, an exchange's mesh_axis=DIDx).
+enum class AttrType { Int, Bool, Float, OptionalFloat, Dtype, Ints, Name };
+using AttrValue = std::variant<int64_t, bool, double, OptionalFloat, DataType, Ints, std::string>;
 
 AttrType typeOf(const AttrValue& v);
 const char* toString(AttrType t);  // "int", "bool", "float", "float or none", "dtype", "int list"
@@ -48,6 +49,7 @@ bool atMostOneEntry(const AttrValue& v);       // Ints of 0 or 1 entries
 bool probability(const AttrValue& v);          // Float in [0, 1)
 bool finiteOrNone(const AttrValue& v);         // OptionalFloat: none or finite
 bool floatingDtype(const AttrValue& v);        // Dtype: float, half, bfloat16, double
+bool meshAxisName(const AttrValue& v);         // Name: DIDx, DIDy or DIDz
 
 // An expr's attributes: values by name, in declaration order once completed.
 class Attributes {

@@ -50,6 +50,7 @@ std::vector<Val*> scatter(OpType op, const std::vector<Val*>& in, const Attribut
 std::vector<Val*> indexAdd(OpType op, const std::vector<Val*>& in, const Attributes& a);
 std::vector<Val*> cumsum(OpType op, const std::vector<Val*>& in, const Attributes& a);
 std::vector<Val*> bincount(OpType op, const std::vector<Val*>& in, const Attributes& a);
+std::vector<Val*> scatterReduce(OpType op, const std::vector<Val*>& in, const Attributes& a);
 }  // namespace builders
 
 }  // namespace mf

@@ -67,39 +67,53 @@ std::vector<int64_t> mapPermute(const Expr* e, size_t input_index) {
 
 // Walks both shapes, grouping axes whose products agree; the outermost producer axis of a group
 // maps to the outermost consumer axis of the group (a sharded outermost axis stays sharded).
-// Symbolic extents compare as products of symbols: [s0, 4096] -> [s0, 32, 128] groups s0 with s0.
+// Symbolic extents compare as products of symbols: [s0, 4096] -> [s0, 32, 128] groups s0 with s0,
+// [s0, s1, s2] -> [-1, s2] (whose -1 is "(s0*s1)") groups s0, s1 with the rows and s2 with s2. The
+// extents are read as written first (an op may have unified "s3*s4" with another product), then
+// through their unified representatives.
 std::vector<int64_t> mapReshape(const Expr* e, size_t input_index) {
   Ranks r = ranksOf(e, input_index);
   const Fusion& f = *e->out()->fusion();
   const auto& in = r.p_ids;
   const auto& out = *r.c_ids;
-  std::vector<int64_t> map(in.size(), -1);
   auto times = [](ExtentFactors a, const ExtentFactors& b) {
     a.constant *= b.constant;
     a.atoms.insert(a.atoms.end(), b.atoms.begin(), b.atoms.end());
     std::sort(a.atoms.begin(), a.atoms.end());
     return a;
   };
-  size_t i = 0, o = 0;
-  while (i < in.size() && o < out.size()) {
-    size_t gi = i, go = o;
-    ExtentFactors pi = factorsOf(f, in[i]->extent()), po = factorsOf(f, out[o]->extent());
-    while (!(pi == po)) {
-      if (pi.divides(po)) {
-        if (++i >= in.size()) return map;
-        pi = times(pi, factorsOf(f, in[i]->extent()));
-      } else if (po.divides(pi)) {
-        if (++o >= out.size()) return map;
-        po = times(po, factorsOf(f, out[o]->extent()));
-      } else {
-        return map;
+  // The map found with `factors`; `complete` says whether every axis found its group.
+  auto group = [&](ExtentFactors (*factors)(const Fusion&, const Extent&), bool* complete) {
+    std::vector<int64_t> map(in.size(), -1);
+    *complete = false;
+    size_t i = 0, o = 0;
+    while (i < in.size() && o < out.size()) {
+      size_t gi = i, go = o;
+      ExtentFactors pi = factors(f, in[i]->extent()), po = factors(f, out[o]->extent());
+      while (!(pi == po)) {
+        if (pi.divides(po)) {
+          if (++i >= in.size()) return map;
+          pi = times(pi, factors(f, in[i]->extent()));
+        } else if (po.divides(pi)) {
+          if (++o >= out.size()) return map;
+          po = times(po, factors(f, out[o]->extent()));
+        } else {
+          return map;
+        }
       }
+      map[gi] = static_cast<int64_t>(go);
+      ++i;
+      ++o;
     }
-    map[gi] = static_cast<int64_t>(go);
-    ++i;
-    ++o;
-  }
-  return map;
+    *complete = true;
+    return map;
+  };
+  bool complete = false;
+  std::vector<int64_t> written = group(&factorsAsWritten, &complete);
+  if (complete) return written;
+  std::vector<int64_t> unified = group(&factorsOf, &complete);
+  auto mapped = [](const std::vector<int64_t>& m) { return std::count_if(m.begin(), m.end(), [](int64_t c) { return c >= 0; }); };
+  return complete || mapped(unified) > mapped(written) ? unified : written;
 }
 
 std::vector<int64_t> mapResized(const Expr* e, size_t input_index) {
@@ -254,16 +268,19 @@ std::vector<int64_t> mapGroupedMm(const Expr* e, size_t input_index) {
   std::vector<int64_t> map(r.prank, -1);
   const int64_t rank1 = rankOf(e->input(0)), rank2 = rankOf(e->input(1));
   if (input_index == 2) return map;  // offsets
-  if (rank1 == 3 && rank2 == 3) {    // [g, m, k] x [g, k, n] -> [g, m, n]
+  // k maps to the output's trailing r{k} (2-D x 3-D and 3-D x 3-D; the root of an rfactored partial).
+  const bool has_k = r.crank > 0 && (*r.c_ids)[r.crank - 1]->isReduction();
+  if (rank1 == 3 && rank2 == 3) {    // [g, m, k] x [g, k, n] -> [g, m, n, r{k}]
     map[0] = 0;
     if (input_index == 0) map[1] = 1;
     else map[2] = 2;
-  } else if (rank1 == 2 && rank2 == 3) {  // [m, k] x [g, k, n] -> [m, n]: rows follow the offsets
+  } else if (rank1 == 2 && rank2 == 3) {  // [m, k] x [g, k, n] -> [m, n, r{k}]: rows follow the offsets
     if (input_index == 1) map[2] = 1;
   } else if (rank1 == 2 && rank2 == 2) {  // [m, k] x [k, n] -> [g, m, n]: k follows the offsets
     if (input_index == 0) map[0] = 1;
     else map[1] = 2;
   }
+  if (has_k && rank2 == 3) map[input_index == 0 ? rank1 - 1 : 1] = r.crank - 1;
   return map;
 }
 

@@ -1,4 +1,4 @@
-// Which consumer axis each producer axis becomes. This is the "pairwise logical map" of DESIGN.md:
+// Which consumer axis each producer axis becomes. This is the axis map of docs/design.md section 4:
 // it is how sharding propagates and how the resharding predicate lines axes up. Each op's rule is
 // one of the functions below, named by its registry entry (ir/op_registry.cpp).
 #pragma once

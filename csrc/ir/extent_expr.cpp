@@ -232,13 +232,13 @@ bool ExtentFactors::divides(const ExtentFactors& o) const {
   return true;
 }
 
-ExtentFactors factorsOf(const Fusion& f, const Extent& extent) {
+namespace {
+
+// The factors of `text`; with `whole_canonical`, a text that was unified as a whole with another
+// ("s3*s4=s0*s1") is read as its representative first.
+ExtentFactors factorsOfText(const Fusion& f, const std::string& symbol, bool whole_canonical) {
   ExtentFactors r;
-  if (extent.isConst()) {
-    r.constant = extent.value;
-    return r;
-  }
-  std::string text = f.canonicalSymbol(extent.symbol);
+  std::string text = whole_canonical ? f.canonicalSymbol(symbol) : symbol;
   std::string ops;
   std::vector<std::string> sums = splitTop(text, "+-", &ops);
   std::vector<std::string> parts = sums.size() == 1 ? splitTop(text, "*/", &ops) : std::vector<std::string>{text};
@@ -249,7 +249,17 @@ ExtentFactors factorsOf(const Fusion& f, const Extent& extent) {
            splitTop(p.substr(1, p.size() - 2), "+-*/").size() == 1) {
       p = p.substr(1, p.size() - 2);
     }
-    if (isNumber(p)) {
+    // "(s0*s1)" (a merge inside a larger product, or the quotient a reshape's -1 left) is the
+    // product s0 * s1, so that it divides and equals what the same symbols make elsewhere.
+    bool one_group = p.size() > 2 && p.front() == '(' && p.back() == ')' && splitTop(p, "+-*/").size() == 1;
+    std::string inside = one_group ? p.substr(1, p.size() - 2) : "", inner_ops;
+    bool product_inside = one_group && splitTop(inside, "+-").size() == 1 &&
+                          splitTop(inside, "*/", &inner_ops).size() > 1 && inner_ops.find('/') == std::string::npos;
+    if (product_inside) {
+      ExtentFactors inner = factorsOfText(f, inside, whole_canonical);
+      r.constant *= inner.constant;
+      r.atoms.insert(r.atoms.end(), inner.atoms.begin(), inner.atoms.end());
+    } else if (isNumber(p)) {
       r.constant *= std::stoll(p);
     } else {
       r.atoms.push_back(f.canonicalSymbol(p));
@@ -257,6 +267,18 @@ ExtentFactors factorsOf(const Fusion& f, const Extent& extent) {
   }
   std::sort(r.atoms.begin(), r.atoms.end());
   return r;
+}
+
+}  // namespace
+
+ExtentFactors factorsOf(const Fusion& f, const Extent& extent) {
+  if (extent.isConst()) return ExtentFactors{extent.value, {}};
+  return factorsOfText(f, extent.symbol, /*whole_canonical=*/true);
+}
+
+ExtentFactors factorsAsWritten(const Fusion& f, const Extent& extent) {
+  if (extent.isConst()) return ExtentFactors{extent.value, {}};
+  return factorsOfText(f, extent.symbol, /*whole_canonical=*/false);
 }
 
 Extent extentQuotient(const Fusion& f, const Extent& total, const Extent& part) {

@@ -49,6 +49,10 @@ struct ExtentFactors {
   bool divides(const ExtentFactors& o) const;
 };
 ExtentFactors factorsOf(const Fusion& f, const Extent& extent);
+// The same, reading a product that an op unified as a whole with another ("s3*s4=s0*s1") as it is
+// written (s3 * s4), not as its representative: a reshape's output extents are products of its
+// input's extents as written.
+ExtentFactors factorsAsWritten(const Fusion& f, const Extent& extent);
 // `total` divided by `part`: the leftover factors when `part` divides `total`, else "(t)/(p)".
 Extent extentQuotient(const Fusion& f, const Extent& total, const Extent& part);
 

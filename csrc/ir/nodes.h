@@ -177,7 +177,7 @@ class TensorView : public Val {
   // the runtime honours (outputs come back in it); any other order is a user error.
   void setAllocationDomain(const std::vector<int64_t>& axes, const std::vector<bool>& contiguity);
   // Splits this reduction into partial = op(inputs) reducing `axes` and this = sum(partial) over the
-  // rest (DESIGN.md section 4). Returns partial.
+  // rest (docs/design.md section 4). Returns partial.
   TensorView* rfactor(std::vector<int64_t> axes);
 
   // Internal setters used by ops, passes and the cloner.

@@ -92,7 +92,8 @@ std::vector<Val*> buildOp(const std::string& name, const std::vector<Val*>& oper
                       "; got a ", toString(typeOf(v)), " (", attrValueText(v), ")");
     typed.set(key, v);
   }
-  MF_CHECK(info->build != nullptr, name, " has no builder in its registry entry");
+  MF_USER_ARG_CHECK(info->build != nullptr, name, " is not built by name: all_to_all_dispatch and all_to_all_combine ",
+                    "build the exchanges");
   return info->build(info->op, operands, typed);
 }
 
@@ -253,6 +254,12 @@ std::vector<Val*> cumsum(OpType op, const std::vector<Val*>& in, const Attribute
 
 std::vector<Val*> bincount(OpType op, const std::vector<Val*>& in, const Attributes& a) {
   return outputs({mf::bincount(tensorAt(op, in, 0), Reader(op, a).get<int64_t>("minlength"))});
+}
+
+std::vector<Val*> scatterReduce(OpType op, const std::vector<Val*>& in, const Attributes& a) {
+  Reader r(op, a);
+  return outputs({mf::scatterReduce(tensorAt(op, in, 0), r.get<int64_t>("dim"), tensorAt(op, in, 1),
+                                    tensorAt(op, in, 2), r.get<std::string>("reduce"), r.get<bool>("include_self"))});
 }
 
 }  // namespace builders

@@ -25,6 +25,10 @@ AttrDef optional(const char* name, AttrValue default_value, bool (*valid)(const 
 AttrDef dtypeAttr() { return required("dtype", AttrType::Dtype); }
 AttrDef axesAttr() { return required("dims", AttrType::Ints, &nonNegative, "axes >= 0"); }
 AttrDef dimAttr() { return required("dim", AttrType::Int, &nonNegative, "an axis >= 0"); }
+bool scatterReductionName(const AttrValue& v) {
+  ScatterReduction r;
+  return parseScatterReduction(std::get<std::string>(v), r);
+}
 
 OpInfo base(OpType op, const char* name, OpKind kind, int min_in, int max_in, DtypeRule dtype, AxisMapFn map) {
   OpInfo i{};
@@ -319,6 +323,9 @@ std::vector<OpInfo> buildTable() {
                   AtenArgs::GroupedMm));
   t.back().check = nullptr;  // no attributes; its shape rules stay in the builder (they unify extents)
   t.back().build = &builders::groupedMm;
+  // Its output ends with r{k} (2-D x 3-D, 3-D x 3-D): k split on both operands gives partial sums
+  // and one reduction across devices (row-parallel experts), as for linear.
+  t.back().contracts = true;
   OpInfo topk = moe(OpType::Topk, "topk", 1, 1, nullptr,
                     {required("k", AttrType::Int, &nonNegative, "k >= 0"), dimAttr(), optional("largest", true),
                      optional("sorted", true)},
@@ -355,9 +362,28 @@ std::vector<OpInfo> buildTable() {
                   AtenArgs::Bincount));
   t.back().check = &checkBincount;
   t.back().build = &builders::bincount;
+  t.push_back(moe(OpType::ScatterReduce, "scatter_reduce", 3, 3, &mapScatter,
+                  {dimAttr(), required("reduce", AttrType::Name, &scatterReductionName, "sum, prod, mean, amax or amin"),
+                   optional("include_self", true)},
+                  "aten::scatter_reduce.two", AtenArgs::ScatterReduce));
+  t.back().build = &builders::scatterReduce;
+  // Expert parallelism: the exchanges (ops_exchange.cpp). No axis passes a device split through
+  // (their operands and results are rank-local rows); lowering makes each one host communication.
+  // fd.ops.all_to_all_dispatch builds them (its team size is no attribute), so they have no
+  // generic builder.
+  auto exchange = [](OpType op, const char* name, int n_in) {
+    OpInfo i = base(op, name, OpKind::Exchange, n_in, n_in, DtypeRule::SameAsInput, &mapNothing);
+    i.attributes = {required("mesh_axis", AttrType::Name, &meshAxisName, "DIDx, DIDy or DIDz")};
+    i.aten_args = AtenArgs::Communication;
+    i.no_cuda = "a communication (lowered to an AllToAll of the host program), not a kernel";
+    return i;
+  };
+  t.push_back(exchange(OpType::AllToAllCounts, "all_to_all_counts", 2));  // counts, tokens (for their rows)
+  t.push_back(exchange(OpType::AllToAllDispatch, "all_to_all_dispatch", 3));
+  t.push_back(exchange(OpType::AllToAllCombine, "all_to_all_combine", 3));
   for (size_t k = 0; k < t.size(); ++k) {
     MF_CHECK(static_cast<size_t>(t[k].op) == k, "op registry out of order at ", t[k].name);
-    MF_CHECK(t[k].build != nullptr, "op ", t[k].name, " names no builder");
+    MF_CHECK(t[k].build != nullptr || t[k].kind == OpKind::Exchange, "op ", t[k].name, " names no builder");
   }
   return t;
 }
@@ -391,7 +417,24 @@ bool isPointwise(OpType op) {
 }
 bool isReduction(OpType op) { return opInfo(op).kind == OpKind::Reduction; }
 bool isContraction(OpType op) { return opInfo(op).kind == OpKind::Contraction; }
-bool reduces(OpType op) { return isReduction(op) || isContraction(op) || opInfo(op).kind == OpKind::Gather; }
+bool isExchange(OpType op) { return opInfo(op).kind == OpKind::Exchange; }
+bool reduces(OpType op) {
+  return isReduction(op) || isContraction(op) || opInfo(op).kind == OpKind::Gather || opInfo(op).contracts;
+}
+
+namespace {
+constexpr const char* kScatterReductions[] = {"sum", "prod", "mean", "amax", "amin"};
+}
+const char* toString(ScatterReduction r) { return kScatterReductions[static_cast<int64_t>(r)]; }
+bool parseScatterReduction(const std::string& name, ScatterReduction& out) {
+  for (int64_t i = 0; i < 5; ++i) {
+    if (name == kScatterReductions[i]) {
+      out = static_cast<ScatterReduction>(i);
+      return true;
+    }
+  }
+  return false;
+}
 bool runsAlone(OpType op) {
   OpKind k = opInfo(op).kind;
   return k == OpKind::Contraction || k == OpKind::Attention || k == OpKind::Source || k == OpKind::Gather ||

@@ -42,7 +42,9 @@ enum class OpType {
   // attention (several outputs each)
   SdpfaFwd, SdpfaBwd,
   // mixture of experts: grouped GEMM and routing (ops_moe.cpp)
-  GroupedMm, Topk, Sort, Argsort, IndexSelect, GatherAlong, Scatter, IndexAdd, Cumsum, Bincount,
+  GroupedMm, Topk, Sort, Argsort, IndexSelect, GatherAlong, Scatter, IndexAdd, Cumsum, Bincount, ScatterReduce,
+  // expert parallelism: the token exchange the program states (ops_exchange.cpp)
+  AllToAllCounts, AllToAllDispatch, AllToAllCombine,
 };
 
 enum class OpKind {
@@ -61,6 +63,9 @@ enum class OpKind {
                 // gather/scatter by index, cumsum, bincount) or on group offsets (grouped_mm): ATen
                 // runs them in a segment of their own; the axis they read across is whole on every
                 // device (its axis map sends it nowhere, so a split on it is gathered first)
+  Exchange,     // expert-parallel token exchange written in the program (all_to_all_dispatch/_combine):
+                // each becomes one host communication along its mesh axis; its operands and results
+                // are this rank's own rows (rank-local values that no pass reshards)
 };
 
 // How the output dtype follows from the operands.
@@ -103,6 +108,8 @@ enum class AtenArgs {
   Sort,            // aten::sort.stable(x, stable, dim, descending) -> values, indices (argsort: indices)
   DimIndex,        // aten(x, dim, index): index_select, gather
   DimIndexSrc,     // aten(x, dim, index, src): scatter, index_add
+  ScatterReduce,   // aten::scatter_reduce.two(x, dim, index, src, reduce, include_self)
+  Communication,   // not evaluated: lowered to a host communication (the exchanges)
   Cumsum,          // aten::cumsum(x, dim, dtype)
   Bincount,        // aten::bincount(x, minlength=minlength); a value past minlength is an error
 };
@@ -159,6 +166,9 @@ struct OpInfo {
   // cat): a device split on an output axis that no input axis maps to onto is then a reshard, not
   // a fresh axis. (A resized axis maps to nothing: its shards would hold different ranges.)
   bool regroups_axes;
+  // Its output ends with the contracted axis r{k} as linear's does (grouped_mm, 2-D x 3-D and 3-D x
+  // 3-D): a device split of k on both operands gives partial sums, combined by `partial_combine`.
+  bool contracts = false;
   // ATen evaluates it as a view of its input (no data moves): a piece of only such ops runs on ATen
   // rather than as a generated copy kernel (its consumers read the strided view directly).
   bool aten_view = false;
@@ -200,6 +210,12 @@ struct OpInfo {
   const char* cuda_combine;
 };
 
+// scatter_reduce's reductions (PyTorch's names), its `reduce` attribute.
+enum class ScatterReduction : int64_t { Sum, Prod, Mean, Amax, Amin };
+const char* toString(ScatterReduction r);
+// The reduction named `name`, or false.
+bool parseScatterReduction(const std::string& name, ScatterReduction& out);
+
 const OpInfo& opInfo(OpType op);
 // The entry whose name is `name`, or nullptr.
 const OpInfo* findOp(const std::string& name);
@@ -212,6 +228,8 @@ bool isComparison(OpType op);
 bool isPointwise(OpType op);  // unary, binary, ternary and cast
 bool isReduction(OpType op);
 bool isContraction(OpType op);
+// The exchanges: lowered to a host communication of their own (host/lower.cpp).
+bool isExchange(OpType op);
 // Ops that run in a compute segment of their own on ATen (contractions on cuBLAS, attention on
 // PyTorch's fused kernels), so that the pointwise work around them can be a generated kernel.
 bool runsAlone(OpType op);

@@ -105,6 +105,10 @@ TensorView* indexSelect(TensorView* x, int64_t dim, TensorView* index);
 TensorView* gather(TensorView* x, int64_t dim, TensorView* index, bool exact_extents = false);
 // torch.scatter (src form): a copy of x with src's values written where index points along dim.
 TensorView* scatter(TensorView* x, int64_t dim, TensorView* index, TensorView* src);
+// torch.scatter_reduce: a copy of x where src's values reduce (sum, prod, mean, amax, amin) into the
+// positions index names along dim; include_self: x's own value takes part.
+TensorView* scatterReduce(TensorView* x, int64_t dim, TensorView* index, TensorView* src, const std::string& reduce,
+                          bool include_self = true);
 // torch.index_add: a copy of x with src's slices along dim added at the 1-D index's positions.
 TensorView* indexAdd(TensorView* x, int64_t dim, TensorView* index, TensorView* src);
 // torch.cumsum; integers and bool accumulate in int64 unless `dtype` is given.
@@ -112,6 +116,15 @@ TensorView* cumsum(TensorView* x, int64_t dim, std::optional<DataType> dtype = s
 // torch.bincount(x, minlength=minlength) with exactly `minlength` bins (int64): every value of the
 // 1-D integer x must lie in [0, minlength) (checked when it runs).
 TensorView* bincount(TensorView* x, int64_t minlength);
+
+// Expert parallelism (ops_exchange.cpp): the token exchange along `mesh_axis` (a team of
+// `team_size` devices). tokens [m, ..]: this rank's rows grouped by expert; counts [experts]: rows
+// per expert. Returns {received [rows, ..] (grouped by local expert, then source rank; rows is bound
+// at run time), recv_counts [team_size, experts / team_size] (rows from each source per local
+// expert)}. The combine returns expert_out's rows to their senders, in the dispatch's tokens' order.
+std::pair<TensorView*, TensorView*> allToAllDispatch(TensorView* tokens, TensorView* counts, ParallelType mesh_axis,
+                                                     int64_t team_size);
+TensorView* allToAllCombine(TensorView* expert_out, TensorView* counts, TensorView* recv_counts);
 
 // Composites (ops_composite.cpp): built from the ops above, so they shard like them.
 // torch.var_mean: two passes (the mean, then the sum of squared deviations), in float for

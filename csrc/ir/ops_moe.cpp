@@ -113,6 +113,10 @@ TensorView* groupedMm(TensorView* mat1, TensorView* mat2, TensorView* offsets) {
     ids = {copyOf(f, a1[0]), copyOf(f, a1[1]), copyOf(f, a2[2])};
   } else if (r2 == 3) {
     ids = {copyOf(f, a1[0]), copyOf(f, a2[2])};
+  }
+  if (r2 == 3) {
+    // The contraction, as linear's output ends with it: a split of k gives partial sums.
+    ids.push_back(f.newIterDomain(a1[r1 - 1]->extent(), IterType::Reduction));
   } else {
     ids = {copyOf(f, axesOf(offsets)[0]), copyOf(f, a1[0]), copyOf(f, a2[1])};
   }
@@ -191,10 +195,13 @@ TensorView* gather(TensorView* x, int64_t dim, TensorView* index, bool exact_ext
   return out;
 }
 
-TensorView* scatter(TensorView* x, int64_t dim, TensorView* index, TensorView* src) {
-  const char* op = "scatter";
+namespace {
+// scatter and scatter_reduce: index of x's rank, at most src's extents, and at most x's off `dim`.
+TensorView* scatterLike(const char* op, OpType type, TensorView* x, int64_t dim, TensorView* index, TensorView* src,
+                        Attributes attrs) {
   Fusion& f = fusionOf(op, {x, index, src});
   const int64_t axis = normalizedDim(op, x, dim);
+  attrs.set("dim", axis);
   requireIndexDtype(op, "index", index);
   requireRank(op, "index", index, rankOf(x));
   requireRank(op, "src", src, rankOf(x));
@@ -204,8 +211,24 @@ TensorView* scatter(TensorView* x, int64_t dim, TensorView* index, TensorView* s
     if (a != axis) requireExtent(f, op, "index", index, a, "input", x, a, /*exact=*/false);
   }
   TensorView* out = f.newTensor(x->dtype(), copiesOf(f, x));
-  f.newExpr(OpType::Scatter, {x, index, src}, {out}, {{"dim", axis}});
+  f.newExpr(type, {x, index, src}, {out}, attrs);
   return out;
+}
+}  // namespace
+
+TensorView* scatter(TensorView* x, int64_t dim, TensorView* index, TensorView* src) {
+  return scatterLike("scatter", OpType::Scatter, x, dim, index, src, Attributes{});
+}
+
+TensorView* scatterReduce(TensorView* x, int64_t dim, TensorView* index, TensorView* src, const std::string& reduce,
+                          bool include_self) {
+  const char* op = "scatter_reduce";
+  ScatterReduction r;
+  MF_USER_ARG_CHECK(parseScatterReduction(reduce, r), op, ": reduce is '", reduce,
+                    "'; expected one of sum, prod, mean, amax, amin (PyTorch's names)");
+  MF_USER_ARG_CHECK(x->dtype() != DataType::Bool, op, ": ", x->label(), " is bool; scatter_reduce needs numbers");
+  return scatterLike(op, OpType::ScatterReduce, x, dim, index, src,
+                     {{"reduce", std::string(toString(r))}, {"include_self", include_self}});
 }
 
 TensorView* indexAdd(TensorView* x, int64_t dim, TensorView* index, TensorView* src) {

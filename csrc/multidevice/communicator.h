@@ -120,6 +120,10 @@ class Communicator {
   c10::intrusive_ptr<c10d::Work> reduceScatter(const std::vector<int64_t>& team, at::Tensor out, at::Tensor in, OpType op);
   c10::intrusive_ptr<c10d::Work> allreduce(const std::vector<int64_t>& team, at::Tensor t, OpType op);
   c10::intrusive_ptr<c10d::Work> allToAll(const std::vector<int64_t>& team, at::Tensor out, at::Tensor in);
+  // Uneven AllToAll along rows (axis 0): team member j gets in_rows[j] rows of `in` (in order) and
+  // out_rows[j] rows of `out` come from member j.
+  c10::intrusive_ptr<c10d::Work> allToAllV(const std::vector<int64_t>& team, at::Tensor out, at::Tensor in,
+                                           std::vector<int64_t> out_rows, std::vector<int64_t> in_rows);
   c10::intrusive_ptr<c10d::Work> broadcast(const std::vector<int64_t>& team, at::Tensor t, int64_t root);
   c10::intrusive_ptr<c10d::Work> send(const std::vector<int64_t>& team, at::Tensor t, int64_t peer);
   c10::intrusive_ptr<c10d::Work> recv(const std::vector<int64_t>& team, at::Tensor t, int64_t peer);

@@ -114,6 +114,22 @@ c10::intrusive_ptr<c10d::Work> Communicator::allToAll(const std::vector<int64_t>
   return b->alltoall_base(flat_out, flat_in, splits, splits);
 }
 
+c10::intrusive_ptr<c10d::Work> Communicator::allToAllV(const std::vector<int64_t>& team, at::Tensor out, at::Tensor in,
+                                                       std::vector<int64_t> out_rows, std::vector<int64_t> in_rows) {
+  checkBuffers("alltoallv", out, in);
+  const size_t n = team.size();
+  int64_t out_total = 0, in_total = 0;
+  for (int64_t r : out_rows) out_total += r;
+  for (int64_t r : in_rows) in_total += r;
+  MF_USER_ARG_CHECK(out_rows.size() == n && in_rows.size() == n && out.dim() >= 1 && in.dim() >= 1 &&
+                        out.size(0) == out_total && in.size(0) == in_total,
+                    "alltoallv: output of size ", sizesOf(out), " and input of size ", sizesOf(in),
+                    " must have as many rows as their splits over ", n, " devices (", out_total, " and ", in_total, ")");
+  auto b = backend(team, in.device().type());
+  ++posts_;  // counted before: a post that throws half-way may have reached the peers
+  return b->alltoall_base(out, in, out_rows, in_rows);
+}
+
 c10::intrusive_ptr<c10d::Work> Communicator::broadcast(const std::vector<int64_t>& team, at::Tensor t, int64_t root) {
   int64_t root_index = indexIn(team, root);
   MF_USER_ARG_CHECK(root_index >= 0, "broadcast: root ", root, " is not in the team");

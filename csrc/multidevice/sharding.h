@@ -1,5 +1,5 @@
 // Sharding queries on TensorViews (plain C++). A sharding is a tensor's mesh plus device parallel
-// types on non-reduction loop axes (DESIGN.md section 4). A DID on a reduction axis means "reduced
+// types on non-reduction loop axes (docs/design.md section 4). A DID on a reduction axis means "reduced
 // across devices" and counts as replicated here.
 #pragma once
 

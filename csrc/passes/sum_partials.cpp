@@ -2,12 +2,14 @@
 // Requires: decompose_reshardings ran: a contraction over a sharded axis is a local partial op and
 //   a device reduction `sum(partial, dims=[k])` over the device axis (an Allreduce once lowered).
 // Guarantees: an add of two such device sums -- over the same mesh, parallel type and partial
-//   layout, each read only by that add and not a fusion output, the add's output sharded on no
-//   device axis -- becomes one device sum of the added partials: add(sum_dev(p), sum_dev(q)) ->
-//   sum_dev(add(p, q)). Sums are linear, so the result is the same; the partials are added locally
-//   and reduced once. Repeated to a fixed point, so a chain a + b + c reduces once: the q, k and v
-//   input gradients of a tensor-parallel attention backward take one Allreduce, as in Megatron,
-//   instead of three Allreduces of the full activation and two adds after them.
+//   layout, each read only by that add and not a fusion output, both sums and the add's output
+//   sharded alike (all whole: Allreduces; or all split the same way: ReduceScatters) -- becomes one
+//   device sum of the added partials: add(sum_dev(p), sum_dev(q)) -> sum_dev(add(p, q)), sharded
+//   as the add's output was. Sums are linear, so the result is the same; the partials are added
+//   locally and reduced once. Repeated to a fixed point, so a chain a + b + c reduces once: the
+//   q, k and v input gradients of a tensor-parallel attention backward take one Allreduce, as in
+//   Megatron, instead of three Allreduces of the full activation and two adds after them (one
+//   ReduceScatter instead of three in the sequence-parallel form).
 #include "ir/fusion.h"
 #include "ir/op_registry.h"
 #include "multidevice/sharding.h"
@@ -28,7 +30,6 @@ const Expr* soleDeviceSum(const Fusion& f, const Val* v, const Expr* reader) {
   int64_t device_reductions = 0, other_reductions = 0;
   for (const IterDomain* id : out->loop()) {
     if (id->isReduction()) (id->isDeviceDim() ? device_reductions : other_reductions) += 1;
-    else if (id->isDeviceDim()) return nullptr;  // the sum's result is itself sharded: leave it
   }
   return device_reductions == 1 && other_reductions == 0 ? def : nullptr;
 }
@@ -42,11 +43,15 @@ bool sameLogicalShape(const TensorView* a, const TensorView* b) {
   return true;
 }
 
-bool hasDeviceDim(const TensorView* tv) {
+// How tv's iteration axes are laid out over the devices: each loop axis but the reductions, with
+// its extent and parallel type (two tensors of one logical shape with equal texts are split alike).
+std::string shardingText(const TensorView* tv) {
+  std::string text;
   for (const IterDomain* id : tv->loop()) {
-    if (id->isDeviceDim()) return true;
+    if (id->isReduction()) continue;
+    text += id->extent().toString() + ":" + std::to_string(static_cast<int>(id->parallelType())) + " ";
   }
-  return false;
+  return text;
 }
 
 bool sumPartialsOnce(Fusion& f, Expr* add) {
@@ -58,8 +63,11 @@ bool sumPartialsOnce(Fusion& f, Expr* add) {
   auto* q = static_cast<TensorView*>(y->input(0));
   TensorView* out = add->out();
   const auto* x_out = static_cast<const TensorView*>(add->input(0));
+  const auto* y_out = static_cast<const TensorView*>(add->input(1));
+  const std::string sharding = shardingText(out);
   if (p->mesh() != q->mesh() || p->mesh() != out->mesh() || p->dtype() != q->dtype() ||
-      p->dtype() != out->dtype() || x_out->dtype() != out->dtype() || !sameLogicalShape(p, q) || hasDeviceDim(out) ||
+      p->dtype() != out->dtype() || x_out->dtype() != out->dtype() || !sameLogicalShape(p, q) ||
+      shardingText(x_out) != sharding || shardingText(y_out) != sharding ||
       out->logicalNoReductions().size() + 1 != p->logicalNoReductions().size()) {
     return false;
   }
@@ -68,7 +76,8 @@ bool sumPartialsOnce(Fusion& f, Expr* add) {
   for (const IterDomain* id : p->logicalNoReductions()) ids.push_back(f.cloneIterDomain(id));
   TensorView* partial_sum = f.newTensor(p->dtype(), ids);
   partial_sum->setDeviceMesh(p->mesh());
-  // The add's output becomes the device sum's: it gains the reduced device axis.
+  // The add's output becomes the device sum's: it gains the reduced device axis and keeps its loop
+  // (a split of an axis over the devices makes the sum a ReduceScatter, as before).
   IterDomain* reduced = nullptr;
   for (IterDomain* id : x_out->loop()) {
     if (id->isReduction()) reduced = f.cloneIterDomain(id);
@@ -76,9 +85,11 @@ bool sumPartialsOnce(Fusion& f, Expr* add) {
   MF_CHECK(reduced != nullptr, "a device sum without a reduction axis: ", x->toString());
   std::vector<IterDomain*> logical = out->logicalNoReductions();
   logical.push_back(reduced);
+  std::vector<IterDomain*> loop = out->loop();
+  loop.push_back(reduced);
   out->setRoot({});
   out->setLogical(logical);
-  out->setLoop(logical);
+  out->setLoop(loop);
   out->setAllocation({});
   Attributes sum_attrs = x->attributes();
   f.unlink(const_cast<Expr*>(x));

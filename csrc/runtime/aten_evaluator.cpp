@@ -136,6 +136,7 @@ c10::IValue attributeValue(const AttrValue& v) {
     }
     case AttrType::Dtype: return toAten(std::get<DataType>(v));
     case AttrType::Ints: return std::get<Ints>(v);
+    case AttrType::Name: return std::get<std::string>(v);
   }
   MF_THROW_INTERNAL("bad attribute");
 }
@@ -299,7 +300,9 @@ at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in,
     case AtenArgs::DimIndex:
     case AtenArgs::DimIndexSrc:
     case AtenArgs::Cumsum:
-    case AtenArgs::Bincount: MF_THROW_INTERNAL("mixture-of-experts ops are evaluated by evaluateMoeOp");
+    case AtenArgs::Bincount:
+    case AtenArgs::ScatterReduce: MF_THROW_INTERNAL("mixture-of-experts ops are evaluated by evaluateMoeOp");
+    case AtenArgs::Communication: MF_THROW_INTERNAL(info.name, " is a communication, lowered to the host program");
     case AtenArgs::Operands: {
       if (info.refuses_negative_integer_exponent && in.size() == 2 && in[0].is_tensor && !in[1].is_tensor) {
         const bool integer_base = at::isIntegralType(in[0].tensor.scalar_type(), /*includeBool=*/true);
@@ -352,7 +355,18 @@ std::vector<at::Tensor> evaluateExpr(const Expr* e, const std::vector<RuntimeVal
     if (opInfo(e->op()).aten_args == AtenArgs::Attention) return evaluateAttention(e, in);
     // Routing ops with an ATen form of their own; one of plain operands and attributes is generic.
     const OpInfo& info = opInfo(e->op());
-    if (info.kind == OpKind::Routing && info.aten_args != AtenArgs::Operands) return evaluateMoeOp(e, in);
+    if (info.kind == OpKind::Routing && info.aten_args != AtenArgs::Operands) {
+      std::vector<at::Tensor> results = evaluateMoeOp(e, in);
+      // An rfactored partial (row-parallel grouped_mm) gains its device axis (local extent 1).
+      const TensorView* out = e->outTensor(0);
+      if (!out->root().empty()) {
+        auto ids = out->logicalNoReductions();
+        for (size_t i = 0; i < ids.size(); ++i) {
+          if (ids[i]->isRFactorProduct()) results[0] = results[0].unsqueeze(static_cast<int64_t>(i));
+        }
+      }
+      return results;
+    }
     return {evaluateUnchecked(e, in, bindings, context)};
   } catch (const c10::Error& err) {
     MF_THROW_USER("while running ", e->toString(), ": ", err.what_without_backtrace());

@@ -30,6 +30,7 @@ FusionExecutor::FusionExecutor(const Fusion& fusion, int64_t rank, Communicator&
   if (isDumpEnabled(DumpOption::FusionIr)) logText("fusion_ir", printFusion(*copy));
   runPipeline(*copy);
   program_ = lowerToHostProgram(std::move(copy), rank);
+  exchange_bytes_.resize(program_->communications().size());
   multi_rank_ = comm_->initialized() && comm_->size() > 1;
   // Every rank posts in a call of this program (its teams cover the world): a rank that failed
   // before posting can settle with the others whether they all did (run()).
@@ -161,7 +162,13 @@ std::vector<std::string> FusionExecutor::segmentSchedulers() const {
 
 std::vector<std::pair<int64_t, int64_t>> FusionExecutor::communicationBytes() const {
   std::vector<std::pair<int64_t, int64_t>> bytes;
-  for (const TransferBytes& b : programBytes(*program_, last_bindings_)) bytes.emplace_back(b.sent, b.received);
+  std::vector<TransferBytes> all = programBytes(*program_, last_bindings_);
+  for (size_t i = 0; i < all.size(); ++i) {
+    const TransferBytes& b = isExchange(program_->communications()[i].type) && i < exchange_bytes_.size()
+                                 ? exchange_bytes_[i]
+                                 : all[i];
+    bytes.emplace_back(b.sent, b.received);
+  }
   return bytes;
 }
 
@@ -171,6 +178,12 @@ std::string FusionExecutor::hostProgramText(bool show_deallocations) const {
     loop_chunks.push_back(effectiveChunks(loop, globalRows(loop, last_bindings_)));
   }
   std::string mode;
+  for (const Communication& c : program_->communications()) {  // the exchanges' data-dependent extents
+    if (c.type != CommunicationType::Dispatch) continue;
+    std::string symbol = c.output->fusion()->canonicalSymbol(c.output->logicalNoReductions()[0]->extent().symbol);
+    auto it = last_bindings_.find(symbol);
+    if (it != last_bindings_.end()) mode += mf::str("Rows received by ", c.output->toString(), " on the last call: ", symbol, " = ", it->second, "\n");
+  }
   Communicator& comm = Communicator::instance();
   if (!program_->communications().empty() && eval_device_.is_cuda() && comm.cudaOverGloo()) {
     mode = "Communications of CUDA tensors run on Gloo (MESHFUSER_CUDA_BACKEND=gloo: the test mode for ranks "
@@ -334,7 +347,7 @@ UserError collectiveFailure(Communicator& comm, const Communication& c, int64_t 
                            "communication within the timeout (MESHFUSER_PG_TIMEOUT_S)"));
 }
 
-std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings,
+std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue>& inputs, ExtentBindings bindings,
                                                   CallAgreement* pending) {
   const Fusion& f = program_->fusion();
   Communicator& comm = *comm_;
@@ -403,7 +416,12 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
         TraceRange range([&] { return communicationRangeName(c, mf::communicationBytes(c, program_->rank(), bindings)); });
         try {
           injectFault("before_post", program_->rank());
-          runCommunication(c, values, bindings, works[inst.index]);
+          if (isExchange(c.type)) {
+            runExchange(inst.index, c, values, bindings, works[inst.index]);
+            if (profile) comm_steps[inst.index].setBytes(exchange_bytes_[inst.index].sent, exchange_bytes_[inst.index].received);
+          } else {
+            runCommunication(c, values, bindings, works[inst.index]);
+          }
         } catch (const UserError&) {
           throw;
         } catch (const InternalError&) {
@@ -452,6 +470,7 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
     }
   }
   if (pending) pending->finish();
+  if (last_bindings_ != bindings) last_bindings_ = bindings;  // with the data-dependent extents
   injectFault("at_end", program_->rank());
   std::vector<at::Tensor> outputs;
   for (const Val* out : f.outputs()) {
@@ -579,6 +598,12 @@ std::vector<std::string> FusionExecutor::generatedKernels(const std::vector<Runt
       }
     } else if (inst.kind == HostInstruction::Kind::PostCommunication) {
       const Communication& c = program_->communications()[inst.index];
+      if (c.type == CommunicationType::Dispatch) {
+        // The rows a dispatch receives are known only when it runs: a meta walk takes as many as
+        // it sends, a stand-in that keeps the shapes after the combine exact.
+        const std::string& symbol = c.output->logicalNoReductions()[0]->extent().symbol;
+        bindings[f.canonicalSymbol(symbol)] = values.at(c.input).size(0);
+      }
       auto shape = localShape(c.output, globalShape(c.output, bindings));
       values[c.output] = at::empty(shape, at::TensorOptions().dtype(toAten(c.output->dtype())).device(at::kMeta));
     } else if (inst.kind == HostInstruction::Kind::StreamLoop) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "codegen/kernel.h"
+#include "host/communication_bytes.h"
 #include "host/host_program.h"
 #include "multidevice/communicator.h"
 #include "runtime/aten_evaluator.h"
@@ -62,10 +63,15 @@ class FusionExecutor {
   std::string checkRunnable(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings) const;
   // The part of run() after the ranks agreed on the call.
   // `pending`: the call's agreement, still in flight; finished before the first communication.
-  std::vector<at::Tensor> runAgreed(const std::vector<RuntimeValue>& inputs, const ExtentBindings& bindings,
+  // `bindings` gains the data-dependent extents (the rows an exchange received) as the call runs.
+  std::vector<at::Tensor> runAgreed(const std::vector<RuntimeValue>& inputs, ExtentBindings bindings,
                                     CallAgreement* pending);
   void runCommunication(const Communication& c, std::unordered_map<const Val*, at::Tensor>& values,
                         const ExtentBindings& bindings, std::vector<c10::intrusive_ptr<c10d::Work>>& works);
+  // The expert-parallel exchanges (run_exchange.cpp): communication `index` of the program. Binds the
+  // received row count of a dispatch in `bindings` and records the bytes in exchange_bytes_.
+  void runExchange(int64_t index, const Communication& c, std::unordered_map<const Val*, at::Tensor>& values,
+                   ExtentBindings& bindings, std::vector<c10::intrusive_ptr<c10d::Work>>& works);
   // Posts the point-to-point transfers of SendRecv / Gather / Scatter.
   void runPointToPoint(const Communication& c, std::unordered_map<const Val*, at::Tensor>& values,
                        const ExtentBindings& bindings, std::vector<c10::intrusive_ptr<c10d::Work>>& works);
@@ -80,6 +86,8 @@ class FusionExecutor {
   // Bytes each communication sends and receives on this rank, for the last call's extents.
   std::vector<std::pair<int64_t, int64_t>> communicationBytes() const;
   ExtentBindings last_bindings_;
+  // Bytes of each exchange on the last call (they follow the counts, not the extents alone).
+  std::vector<TransferBytes> exchange_bytes_;
   std::vector<const TensorView*> sharded_tensors_;  // checked for even shards on every call
 
   Communicator* comm_;

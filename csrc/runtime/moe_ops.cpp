@@ -62,8 +62,11 @@ at::Tensor groupedMm(const Expr* e, const std::vector<RuntimeValue>& in) {
   const at::Tensor& mat2 = in[1].tensor;
   at::Tensor offsets = in.size() > 2 ? in[2].tensor : at::Tensor();
 #if MF_HAS_GROUPED_MM
-  // PyTorch's grouped GEMM where it has one (CUDA, bfloat16); offsets are used as given there.
-  if (mat1.is_cuda() && mat1.scalar_type() == at::kBFloat16) {
+  // PyTorch's grouped GEMM where it has one (CUDA, bfloat16); offsets are used as given there. A
+  // rank whose experts received no tokens has nothing to multiply: the loop gives the empty or
+  // zero result without calling it.
+  const bool empty = mat1.numel() == 0 || mat2.numel() == 0;
+  if (mat1.is_cuda() && mat1.scalar_type() == at::kBFloat16 && !empty) {
     return at::_grouped_mm(mat1, mat2, offsets.defined() ? std::optional<at::Tensor>(offsets) : std::nullopt);
   }
 #endif
@@ -105,6 +108,9 @@ std::vector<at::Tensor> evaluateMoeOp(const Expr* e, const std::vector<RuntimeVa
     }
     case AtenArgs::DimIndex: return {callAten(info.aten, {x, dim, index(1)})};
     case AtenArgs::DimIndexSrc: return {callAten(info.aten, {x, dim, index(1), in[2].tensor})};
+    case AtenArgs::ScatterReduce:
+      return {callAten(info.aten, {x, dim, index(1), in[2].tensor, e->attr<std::string>("reduce"),
+                                   e->attr<bool>("include_self")})};
     case AtenArgs::Cumsum: return {callAten(info.aten, {x, dim, toAten(e->attr<DataType>("dtype"))})};
     case AtenArgs::Bincount: return {bincount(e, x)};
     default: MF_THROW_INTERNAL(info.name, " is not a mixture-of-experts op");

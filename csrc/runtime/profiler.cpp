@@ -30,6 +30,12 @@ size_t ProfileRecorder::start(KernelProfile entry, c10::Device device) {
   return kernels_.size() - 1;
 }
 
+void ProfiledStep::setBytes(int64_t sent, int64_t received) {
+  if (recorder_ == nullptr) return;
+  recorder_->kernels().at(index_).bytes_sent = sent;
+  recorder_->kernels().at(index_).bytes_received = received;
+}
+
 void ProfileRecorder::stop(size_t index) {
   for (auto it = timings_.rbegin(); it != timings_.rend(); ++it) {
     if (it->index != index || it->stopped) continue;

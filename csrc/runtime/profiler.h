@@ -69,6 +69,8 @@ class ProfiledStep {
     return *this;
   }
   ~ProfiledStep() { stop(); }
+  // Bytes known only once the step ran (the expert-parallel exchanges).
+  void setBytes(int64_t sent, int64_t received);
   void stop() {
     if (recorder_ != nullptr) recorder_->stop(index_);
     recorder_ = nullptr;

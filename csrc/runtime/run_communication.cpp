@@ -4,33 +4,13 @@
 #include <algorithm>
 
 #include "multidevice/communicator.h"
+#include "runtime/block_layout.h"
 #include "multidevice/sharding.h"
 #include "runtime/executor.h"
 #include "runtime/interleaved_blocks.h"
 #include "support/error.h"
 
 namespace mf {
-namespace {
-
-// Splits `axis` of t into [n, extent/n] and moves the n part to the front: chunk i = i-th block.
-at::Tensor blocksOutermost(const at::Tensor& t, int64_t axis, int64_t n) {
-  std::vector<int64_t> shape = t.sizes().vec();
-  MF_CHECK(shape[axis] % n == 0, "axis ", axis, " of extent ", shape[axis], " does not split into ", n, " blocks");
-  shape[axis] /= n;
-  shape.insert(shape.begin() + axis, n);
-  return t.reshape(shape).movedim(axis, 0).contiguous();
-}
-
-// Inverse of blocksOutermost for a buffer [n, ...rest] whose blocks concatenate along `axis`.
-at::Tensor mergeBlocks(const at::Tensor& buf, int64_t axis) {
-  at::Tensor moved = buf.movedim(0, axis);
-  std::vector<int64_t> shape = moved.sizes().vec();
-  shape[axis] *= shape[axis + 1];
-  shape.erase(shape.begin() + axis + 1);
-  return moved.reshape(shape);
-}
-
-}  // namespace
 
 void requireCommunicatorFor(const HostProgram& program, const Communicator& comm) {
   const Fusion& f = program.fusion();
@@ -191,6 +171,9 @@ void FusionExecutor::runCommunication(const Communication& c, std::unordered_map
       if (receives) finish([buf] { return buf; });
       return;
     }
+    case CommunicationType::ExpertCounts:
+    case CommunicationType::Dispatch:
+    case CommunicationType::Combine: MF_THROW_INTERNAL("the exchanges run in runExchange");
     case CommunicationType::SendRecv:
     case CommunicationType::Gather:
     case CommunicationType::Scatter:

@@ -19,6 +19,7 @@
 
 #include "host/communication_bytes.h"
 #include "multidevice/sharding.h"
+#include "runtime/block_layout.h"
 #include "runtime/executor.h"
 #include "runtime/profiler.h"
 #include "support/error.h"
@@ -59,23 +60,6 @@ void writeChunkRows(at::Tensor& dst, int64_t axis, int64_t blocks, int64_t chunk
   src_shape[axis] = c;
   src_shape.insert(src_shape.begin() + axis, blocks);
   view.copy_(src.reshape(src_shape));
-}
-
-// Splits `axis` into [n, extent/n] and moves the n blocks outermost (what reduce_scatter sends).
-at::Tensor blocksFirst(const at::Tensor& t, int64_t axis, int64_t n) {
-  std::vector<int64_t> shape = t.sizes().vec();
-  shape[axis] /= n;
-  shape.insert(shape.begin() + axis, n);
-  return t.reshape(shape).movedim(axis, 0).contiguous();
-}
-
-// Concatenates received [n, ...] blocks along `axis`.
-at::Tensor blocksMerged(const at::Tensor& buf, int64_t axis) {
-  at::Tensor moved = buf.movedim(0, axis);
-  std::vector<int64_t> shape = moved.sizes().vec();
-  shape[axis] *= shape[axis + 1];
-  shape.erase(shape.begin() + axis + 1);
-  return moved.reshape(shape);
 }
 
 // The pair group a ring step talks on (stream_loops.cpp adds every ring pair to the teams).
@@ -211,7 +195,7 @@ void FusionExecutor::runStreamLoop(int64_t index, std::unordered_map<const Val*,
         at::Tensor part = gemm_on(chunkRows(x, loop.x_row_axis, blocks, s, j));
         InFlight f{j, {}, {}, {}};
         if (scatter) {
-          f.send = blocksFirst(part, scatter_axis, n);
+          f.send = blocksOutermost(part, scatter_axis, n);
           int64_t c_rows = result.size(loop.result_row_axis) / s;
           at::Tensor dst = result.narrow(loop.result_row_axis, j * c_rows, c_rows);
           // Straight into the result when its chunk is contiguous, else through a buffer.
@@ -269,7 +253,7 @@ void FusionExecutor::runStreamLoop(int64_t index, std::unordered_map<const Val*,
         InFlight f = std::move(flight.front());
         flight.pop_front();
         wait_all(f.works);
-        at::Tensor gathered = blocksMerged(f.buf, merge_axis);
+        at::Tensor gathered = mergeBlocks(f.buf, merge_axis);
         writeChunkRows(result, loop.result_row_axis, loop.independent ? 1 : n, s, j, gemm_on(gathered));
       }
       break;

@@ -1,5 +1,5 @@
 // Defining and scheduling a fusion: tensors with *global* shapes, ops, and the sharding schedule
-// (device mesh, splits, parallel types), as in meshfuser's Python API (API.md).
+// (device mesh, splits, parallel types), as in meshfuser's Python API (README.md, python/meshfuser/fusion_definition.py).
 //
 //   meshfuser::Fusion f;
 //   auto inp = f.defineTensor({-1, -1, d * e});          // -1: symbolic extent
@@ -92,8 +92,9 @@ class Value {
 };
 
 // An op's attribute value; the op's registry entry declares each attribute's name and type
-// (int, bool, float, float or none, dtype, int list).
-using AttrValue = std::variant<int64_t, bool, double, std::optional<double>, DataType, std::vector<int64_t>>;
+// (int, bool, float, float or none, dtype, int list, name).
+using AttrValue =
+    std::variant<int64_t, bool, double, std::optional<double>, DataType, std::vector<int64_t>, std::string>;
 using Attrs = std::vector<std::pair<std::string, AttrValue>>;
 
 class Fusion {
@@ -208,10 +209,20 @@ TensorView argsort(const TensorView& x, int64_t dim = -1, bool descending = fals
 TensorView indexSelect(const TensorView& x, int64_t dim, const TensorView& index);  // 1-D index
 TensorView gather(const TensorView& x, int64_t dim, const TensorView& index);       // torch.gather
 TensorView scatter(const TensorView& x, int64_t dim, const TensorView& index, const TensorView& src);
+// torch.scatter_reduce: reduce is "sum", "prod", "mean", "amax" or "amin".
+TensorView scatterReduce(const TensorView& x, int64_t dim, const TensorView& index, const TensorView& src,
+                         const std::string& reduce, bool include_self = true);
 TensorView indexAdd(const TensorView& x, int64_t dim, const TensorView& index, const TensorView& src);
 TensorView cumsum(const TensorView& x, int64_t dim);
 // Exactly `minlength` bins; every value must lie in [0, minlength).
 TensorView bincount(const TensorView& x, int64_t minlength);
+// Expert parallelism: this rank's rows (grouped by expert, `counts` rows per expert) go to the team
+// member along `mesh_axis` that holds their expert. Returns {received rows (grouped by local expert,
+// then source rank; their count is bound at run time), recv_counts [team_size, local experts]}.
+std::pair<TensorView, TensorView> allToAllDispatch(const TensorView& tokens, const TensorView& counts,
+                                                   ParallelType mesh_axis, int64_t team_size);
+// The reverse: expert_out's rows (in the dispatch's order) back to their senders, in tokens' order.
+TensorView allToAllCombine(const TensorView& expert_out, const TensorView& counts, const TensorView& recv_counts);
 }  // namespace ops
 
 }  // namespace meshfuser

@@ -5,7 +5,9 @@ the sharding schedule of every input is derived from its placements, meshfuser's
 everything else, and the outputs come back as DTensors on the inputs' torch DeviceMesh.
 
 `fd.execute(inputs)` of an already scheduled definition also accepts DTensors
-(`execute_with_dtensors`): their meshes and placements must match the fusion inputs' shardings.
+(`execute_with_dtensors`, in meshfuser.dtensor_placements with the mapping helpers, which
+fusion_definition imports without importing this module): their meshes and placements must match
+the fusion inputs' shardings.
 
 Mapping (for a torch mesh of k <= 3 dims): mesh dim k-1 (the last) <-> mesh_x, k-2 <-> mesh_y,
 k-3 <-> mesh_z; the meshfuser mesh is `DeviceMesh(dtensor.device_mesh.mesh)`.
@@ -23,113 +25,22 @@ Decisions:
 * Outputs get no annotation at all: meshfuser's propagation chooses their mesh and sharding (a mesh
   without a split would mean "replicated" to meshfuser and force Allgathers).
 * `compile(...)(*dtensors)` returns the single output DTensor, or a tuple when there are several.
+* Expert parallelism (`compile(define, expert_parallel="ep")`, a mesh dim name or index): a DTensor
+  with `Shard(0)` on that mesh dim (tokens split over the data-parallel ranks, expert weights split
+  on their expert axis) is a rank-local input: the definition sees this rank's block (define it with
+  -1 or the block's extents), and `fd.ops.all_to_all_dispatch(tokens, counts)` exchanges along that
+  mesh dim (`fd.expert_mesh`, `fd.expert_axis`). Outputs are `Shard(0)` on it (rank-local rows or
+  experts, stacked in rank order), or `Partial()` for the indices in `partial_outputs` (a
+  replicated parameter's gradient from this rank's tokens: its share of the sum).
 """
 from . import _C
-from ._C import ParallelType
+from .dtensor_placements import (_check_inputs, _is_dtensor, _mesh_ranks, _normalized, _parallel_type,
+                                 _placement_str, _resolve_partials, _torch, execute_with_dtensors)
+from .dtensor_experts import _execute_expert_parallel, _expert_mesh_dim, _rank_local_inputs
 from .fusion_definition import FusionDefinition
 from .mesh import DeviceMesh
 
 __all__ = ["compile", "CompiledFunction", "execute_with_dtensors"]
-
-
-def _torch():
-    import torch
-    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard
-    return torch, DTensor, Shard, Replicate, Partial
-
-
-def _parallel_type(mesh_dim, mesh_ndim):
-    """DTensor mesh dim -> meshfuser parallel type: the last mesh dim is mesh_x."""
-    offset = mesh_ndim - 1 - mesh_dim
-    return (ParallelType.mesh_x, ParallelType.mesh_y, ParallelType.mesh_z)[offset]
-
-
-def _is_dtensor(x):
-    _, DTensor, _, _, _ = _torch()
-    return isinstance(x, DTensor)
-
-
-def _placement_str(p):
-    return type(p).__name__ + (f"({p.dim})" if hasattr(p, "dim") else "()")
-
-
-def _placements_str(placements):
-    return "[" + ", ".join(_placement_str(p) for p in placements) + "]"
-
-
-def _mesh_ranks(torch_mesh):
-    m = torch_mesh.mesh
-    return tuple(int(r) for r in m.flatten().tolist()), tuple(int(s) for s in m.shape)
-
-
-def _check_inputs(inputs, what):
-    """Refuse plain tensors mixed with DTensors and meshes of more than 3 dims."""
-    torch, DTensor, _, _, _ = _torch()
-    if not any(isinstance(t, DTensor) for t in inputs):
-        raise _C.ArgumentError(f"{what}: expected DTensor inputs; got none")
-    for i, t in enumerate(inputs):
-        if isinstance(t, torch.Tensor) and not isinstance(t, DTensor):
-            raise _C.ArgumentError(
-                f"{what}: input {i} is a plain torch.Tensor (shape {tuple(t.shape)}) while other inputs are "
-                f"DTensors; wrap it with DTensor.from_local(t, mesh, [Replicate()]) or distribute_tensor(...)")
-        if isinstance(t, DTensor) and t.device_mesh.ndim > 3:
-            raise _C.ArgumentError(
-                f"{what}: input {i} lives on a {t.device_mesh.ndim}-D DeviceMesh; at most 3 mesh dims "
-                f"(mesh_z, mesh_y, mesh_x) are supported")
-
-
-def _resolve_partials(inputs):
-    """Partial placements -> Replicate, reduced by torch (see the module docstring)."""
-    _, DTensor, _, Replicate, Partial = _torch()
-    out = []
-    for t in inputs:
-        if isinstance(t, DTensor) and any(isinstance(p, Partial) for p in t.placements):
-            t = t.redistribute(t.device_mesh, [Replicate() if isinstance(p, Partial) else p for p in t.placements])
-        out.append(t)
-    return out
-
-
-def _normalized(i, dt):
-    """Placements with Shard dims made non-negative; refuse unknown placement types and uneven shards."""
-    _, _, Shard, Replicate, _ = _torch()
-    ndim = dt.ndim
-    placements = []
-    for mesh_dim, p in enumerate(dt.placements):
-        if type(p) is Shard:
-            placements.append(Shard(p.dim % ndim if ndim else p.dim))
-        elif isinstance(p, Replicate):
-            placements.append(p)
-        else:
-            raise _C.ArgumentError(
-                f"input {i}: placement {p!r} on mesh dim {mesh_dim} is not supported (only Shard, Replicate "
-                f"and Partial, which is reduced first)")
-    # Uneven shards: the product of the mesh sizes sharding an axis must divide its extent.
-    names = dt.device_mesh.mesh_dim_names
-    factor = {}
-    for mesh_dim, p in enumerate(placements):
-        if isinstance(p, Shard):
-            n = dt.device_mesh.size(mesh_dim)
-            factor[p.dim] = factor.get(p.dim, 1) * n
-            extent = dt.shape[p.dim]
-            if extent % factor[p.dim] != 0:
-                dim_name = f" ('{names[mesh_dim]}')" if names else ""
-                raise _C.ArgumentError(
-                    f"input {i}: uneven shard: tensor axis {p.dim} has extent {extent}, not divisible by mesh "
-                    f"size {factor[p.dim]} (mesh dim {mesh_dim}{dim_name}, placements "
-                    f"{_placements_str(dt.placements)}); meshfuser needs even shards")
-    # Nested shards (one tensor axis on several mesh dims) need a split of a split to be sharded,
-    # which meshfuser refuses in this version.
-    by_axis = {}
-    for mesh_dim, p in enumerate(placements):
-        if isinstance(p, Shard):
-            by_axis.setdefault(p.dim, []).append(mesh_dim)
-    for axis, mesh_dims in by_axis.items():
-        if len(mesh_dims) > 1:
-            raise _C.ArgumentError(
-                f"input {i}: tensor axis {axis} is sharded on mesh dims {mesh_dims} "
-                f"({_placements_str(dt.placements)}); meshfuser shards one outer split per tensor axis in "
-                f"this version, so one tensor axis can be sharded on one mesh dim only")
-    return placements
 
 
 # -- 1. compile -------------------------------------------------------------------------------------
@@ -179,9 +90,11 @@ def _key(inputs, placements):
 class CompiledFunction:
     """The result of `compile(define_fn)`: call it with DTensors (and Python scalars)."""
 
-    def __init__(self, define_fn, overlap=None):
+    def __init__(self, define_fn, overlap=None, expert_parallel=None, partial_outputs=()):
         self._define_fn = define_fn
         self._overlap = overlap
+        self._expert_parallel = expert_parallel
+        self._partial_outputs = set(partial_outputs)
         FusionDefinition(overlap=overlap)  # unknown modes raise here, not at the first call
         self._cache = {}
         self.__doc__ = getattr(define_fn, "__doc__", None)
@@ -202,18 +115,27 @@ class CompiledFunction:
         _check_inputs(inputs, "meshfuser.dtensor.compile")
         inputs = _resolve_partials(inputs)
         placements = [_normalized(i, t) if _is_dtensor(t) else None for i, t in enumerate(inputs)]
+        expert_dim = None if self._expert_parallel is None else _expert_mesh_dim(inputs, self._expert_parallel)
+        local_inputs = [] if expert_dim is None else _rank_local_inputs(inputs, placements, expert_dim)
         key = _key(inputs, placements)
         fd = self._cache.get(key)
         if fd is None:
-            fd = self._build(inputs, placements)
+            fd = self._build(inputs, placements, expert_dim, local_inputs)
             self._cache[key] = fd
-        outputs = fd.execute(inputs)
+        if expert_dim is None:
+            outputs = fd.execute(inputs)
+        else:
+            outputs = _execute_expert_parallel(fd, inputs, local_inputs, expert_dim, self._partial_outputs)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)
 
-    def _build(self, inputs, placements):
+    def _build(self, inputs, placements, expert_dim=None, local_inputs=()):
         fd = FusionDefinition(overlap=self._overlap)
         # A define_tensor without a dtype takes its input's (bf16 DTensors need no dtype= in the definition).
         fd._input_dtypes = [_data_type(t.dtype) if pl is not None else None for t, pl in zip(inputs, placements)]
+        if expert_dim is not None:
+            torch_mesh = next(t.device_mesh for t in inputs if _is_dtensor(t))
+            fd.expert_mesh = DeviceMesh(torch_mesh.mesh)
+            fd.expert_axis = _parallel_type(expert_dim, torch_mesh.ndim)
         with fd:
             self._define_fn(fd)
         fusion = fd.fusion
@@ -221,6 +143,7 @@ class CompiledFunction:
             raise _C.ArgumentError(
                 f"{self.__name__}: the definition has {fusion.num_inputs()} inputs; got {len(inputs)}")
         meshes = {}
+        Replicate = _torch()[3]
         for i, (t, pl) in enumerate(zip(inputs, placements)):
             if pl is None:
                 if fusion.input_is_tensor(i):
@@ -231,10 +154,16 @@ class CompiledFunction:
             tv = fusion.input(i)
             if tv.ndim != t.ndim:
                 raise _C.ArgumentError(f"input {i}: the definition has {tv.ndim} dims; the DTensor has {t.ndim}")
-            for axis, (want, got) in enumerate(zip(tv.shape, t.shape)):
+            local = i in local_inputs
+            if local:  # rank-local: the definition sees this rank's block along the expert mesh dim
+                pl = [Replicate() if mesh_dim == expert_dim else p for mesh_dim, p in enumerate(pl)]
+            shape = list(t.shape)
+            if local:
+                shape[0] //= t.device_mesh.size(expert_dim)
+            for axis, (want, got) in enumerate(zip(tv.shape, shape)):
                 if want != -1 and want != got:
-                    raise _C.ArgumentError(
-                        f"input {i}: axis {axis} is defined with extent {want}; the DTensor's global extent is {got}")
+                    what = "this rank's block of the DTensor has extent" if local else "the DTensor's global extent is"
+                    raise _C.ArgumentError(f"input {i}: axis {axis} is defined with extent {want}; {what} {got}")
             ranks = _mesh_ranks(t.device_mesh)
             if ranks not in meshes:
                 meshes[ranks] = DeviceMesh(t.device_mesh.mesh)
@@ -251,7 +180,7 @@ class CompiledFunction:
         return fd
 
 
-def compile(define_fn, backward=None, num_outputs=1, overlap=None):
+def compile(define_fn, backward=None, num_outputs=1, overlap=None, expert_parallel=None, partial_outputs=()):
     """`define_fn(fd)` defines a single-device fusion (global shapes, -1 allowed). The result, called
     with DTensors, builds (once per meshes, placements, dtypes and global shapes) and runs a sharded
     definition, returning DTensors. `overlap` ("auto", "ring", "chunked" or None) overlaps the
@@ -259,108 +188,15 @@ def compile(define_fn, backward=None, num_outputs=1, overlap=None):
 
     With `backward=define_backward`, the result is differentiable by torch.autograd: the forward's
     first `num_outputs` outputs are returned, the rest saved for the backward definition (see
-    meshfuser.dtensor_autograd for the input and output conventions)."""
+    meshfuser.dtensor_autograd for the input and output conventions).
+
+    `expert_parallel` (a mesh dim name or index) makes inputs with Shard(0) on that mesh dim
+    rank-local and the outputs Shard(0) on it, except `partial_outputs` (indices), which are
+    Partial() (see the module docstring)."""
     if backward is None:
-        return CompiledFunction(define_fn, overlap)
+        return CompiledFunction(define_fn, overlap, expert_parallel, partial_outputs)
+    if expert_parallel is not None:
+        raise _C.ArgumentError("compile: expert_parallel takes a definition computing its gradients itself "
+                               "(one training definition), not backward=")
     from .dtensor_autograd import TrainableFunction
     return TrainableFunction(CompiledFunction(define_fn, overlap), CompiledFunction(backward, overlap), num_outputs)
-
-
-# -- 2. fd.execute with DTensors ---------------------------------------------------------------------
-
-def _expected_placements(i, tv, dt):
-    """The placements on dt's mesh that fusion input tv (scheduled) corresponds to; raise on a mesh
-    mismatch."""
-    _, _, Shard, Replicate, _ = _torch()
-    k = dt.device_mesh.ndim
-    if not tv.has_device_mesh():
-        return [Replicate()] * k
-    mesh = tv.device_mesh
-    want = (tuple(int(r) for r in mesh.devices), tuple(int(s) for s in mesh.shape))
-    got = _mesh_ranks(dt.device_mesh)
-    if want != got:
-        raise _C.ArgumentError(
-            f"input {i}: the fusion input {tv!r} is on the mesh "
-            f"of ranks {list(want[0])} with shape {list(want[1])}; the DTensor is on ranks {list(got[0])} with "
-            f"shape {list(got[1])}")
-    if not tv.splits_are_blocked():
-        raise _C.ArgumentError(
-            f"input {i}: the fusion input {tv!r} is split interleaved across devices (a device axis that is "
-            f"not the outermost part of its axis); a DTensor Shard placement holds one block per device")
-    expected = []
-    for mesh_dim in range(k):
-        axis = tv.sharded_axis(_parallel_type(mesh_dim, k))
-        expected.append(Shard(axis) if axis >= 0 else Replicate())
-    return expected
-
-
-def _torch_mesh_for(sharding_mesh, torch_meshes, device_type):
-    if sharding_mesh is None or sharding_mesh.size == 0:
-        return None
-    want = (tuple(int(r) for r in sharding_mesh.devices), tuple(int(s) for s in sharding_mesh.shape))
-    for tm in torch_meshes:
-        if _mesh_ranks(tm) == want:
-            return tm
-    torch = _torch()[0]
-    from torch.distributed.device_mesh import DeviceMesh as TorchMesh
-    return TorchMesh(device_type, torch.tensor(list(want[0])).view(*want[1]))
-
-
-def _wrap_outputs(fd, outputs, torch_meshes, device_type):
-    _, DTensor, Shard, Replicate, _ = _torch()
-    shardings = fd.get_output_shardings()
-    wrapped = []
-    for local, sharding in zip(outputs, shardings):
-        tm = _torch_mesh_for(getattr(sharding, "mesh", None), torch_meshes, device_type) or torch_meshes[0]
-        k = tm.ndim
-        placements, shape = [], list(local.shape)
-        for mesh_dim in range(k):
-            pt = _parallel_type(mesh_dim, k)
-            axis = sharding.axis_sharded_on(pt)
-            if axis >= 0:
-                placements.append(Shard(axis))
-                shape[axis] *= tm.size(mesh_dim)
-            else:
-                placements.append(Replicate())
-        stride, acc = [0] * len(shape), 1
-        for a in range(len(shape) - 1, -1, -1):
-            stride[a] = acc
-            acc *= shape[a]
-        wrapped.append(DTensor.from_local(local, tm, placements, run_check=False, shape=tuple(shape),
-                                          stride=tuple(stride)))
-    return wrapped, shardings
-
-
-def execute_with_dtensors(fd, inputs):
-    """fd.execute for DTensor inputs: check meshes and placements against the fusion inputs'
-    shardings, run on the local tensors, return DTensors (class style: (outputs, shardings))."""
-    inputs = list(inputs)
-    _check_inputs(inputs, "execute")
-    inputs = _resolve_partials(inputs)
-    fusion = fd.fusion
-    if fusion.num_inputs() != len(inputs):
-        raise _C.ArgumentError(f"execute: the definition has {fusion.num_inputs()} inputs; got {len(inputs)}")
-    locals_, torch_meshes, device_type = [], [], None
-    for i, t in enumerate(inputs):
-        if not _is_dtensor(t):
-            locals_.append(t)
-            continue
-        if not fusion.input_is_tensor(i):
-            raise _C.ArgumentError(f"input {i}: the definition expects a scalar; got a DTensor")
-        placements = _normalized(i, t)
-        tv = fusion.input(i)
-        expected = _expected_placements(i, tv, t)
-        if [_placement_str(p) for p in expected] != [_placement_str(p) for p in placements]:
-            raise _C.ArgumentError(
-                f"input {i}: placement mismatch: the fusion expects {_placements_str(expected)} on its mesh; "
-                f"the DTensor has {_placements_str(t.placements)}")
-        if not any(tm is t.device_mesh for tm in torch_meshes):
-            torch_meshes.append(t.device_mesh)
-        device_type = device_type or t.device_mesh.device_type
-        locals_.append(t.to_local())
-    outputs = fd._handle.execute(locals_)
-    wrapped, shardings = _wrap_outputs(fd, outputs, torch_meshes, device_type)
-    if type(fd).definition is not FusionDefinition.definition:
-        return wrapped, shardings
-    return wrapped
-

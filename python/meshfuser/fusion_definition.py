@@ -6,6 +6,7 @@ from torch import Tensor as _Tensor
 
 from . import _C
 from .distributed import _ensure_initialized
+from .dtensor_placements import execute_with_dtensors
 from ._C import DataType, ParallelType, OpType
 from .moe_ops import MoeOps
 from .mesh import as_device_mesh
@@ -128,8 +129,8 @@ class _Ops(MoeOps):
             setattr(self, name, self._make_unary(getattr(OpType, name)))
         for name in _BINARY:
             setattr(self, name, self._make_binary(getattr(OpType, name)))
-        for name, _kind, _has_attrs in _C.ops.table():
-            if not hasattr(self, name):  # an op its registry entry defines alone: fd.ops.triu(x, diagonal=1)
+        for name, kind, _has_attrs in _C.ops.table():
+            if kind != "exchange" and not hasattr(self, name):  # an op its registry entry defines alone: fd.ops.triu(x, diagonal=1)
                 setattr(self, name, self._make_generic(name))
 
     def _val(self, x):
@@ -508,8 +509,9 @@ class FusionDefinition:
                 inputs = list(inputs)
             for t in inputs:
                 if type(t) is not _Tensor and type(t).__name__ == "DTensor":
-                    from .dtensor import execute_with_dtensors
-                    return execute_with_dtensors(self, inputs)
+                    outputs, shardings = execute_with_dtensors(self, inputs)
+                    return (outputs, shardings) if type(self).definition is not FusionDefinition.definition \
+                        else outputs
         except Exception as e:
             # Failed before reaching the program: the other ranks are told through this call's
             # agreement (README "Reliability"), instead of waiting for this rank until the timeout.

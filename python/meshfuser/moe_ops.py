@@ -25,6 +25,17 @@ def _dim_and_tensors(op, args):
     return dim, tensors
 
 
+def _team_size(mesh, axis):
+    """Devices of `mesh` along `axis` (mesh_x: the last mesh axis)."""
+    from ._C import ParallelType
+    from .mesh import as_device_mesh
+    mesh = as_device_mesh(mesh, "all_to_all_dispatch")
+    position = {ParallelType.mesh_x: -1, ParallelType.mesh_y: -2, ParallelType.mesh_z: -3}.get(axis)
+    if position is None or -position > len(mesh.shape):
+        raise _C.ArgumentError(f"all_to_all_dispatch: mesh {mesh} has no axis {axis}")
+    return mesh.shape[position]
+
+
 class MoeOps:
     """Mixed into fd.ops (fusion_definition._Ops)."""
 
@@ -74,12 +85,61 @@ class MoeOps:
         dim, (index, src) = _dim_and_tensors("scatter", args)
         return _C.ops.scatter(self._tensor(x, "scatter"), dim, index, src)
 
+    def scatter_reduce(self, x, *args, reduce=None, include_self=True):
+        """torch.scatter_reduce(x, dim, index, src, reduce, include_self=True): a copy of x where
+        src's values reduce into the positions index names along dim; reduce is "sum", "prod",
+        "mean", "amax" or "amin" (nvFuser's order (x, index, src, dim) works too)."""
+        names = [a for a in args if isinstance(a, str)]
+        if reduce is None and len(names) == 1:
+            reduce = names[0]
+        if reduce is None:
+            raise _C.ArgumentError("scatter_reduce: expected reduce (\"sum\", \"prod\", \"mean\", \"amax\" or \"amin\")")
+        dim, (index, src) = _dim_and_tensors("scatter_reduce", [a for a in args if not isinstance(a, str)])
+        return _C.ops.scatter_reduce(self._tensor(x, "scatter_reduce"), dim, index, src, str(reduce),
+                                     bool(include_self))
+
+    def scatter_add(self, x, *args):
+        """torch.scatter_add(x, dim, index, src): scatter_reduce with reduce="sum" (e.g. tokens per
+        expert for each row of a batch: zeros, the expert ids and ones)."""
+        return self.scatter_reduce(x, *args, reduce="sum")
+
     def index_add(self, x, *args):
         """torch.index_add(x, dim, index, src): a copy of x with the slices of src along dim added
         at the positions the 1-D index names (repeats accumulate): the weighted combine of a
         mixture-of-experts layer. nvFuser's order (x, index, src, dim) works too."""
         dim, (index, src) = _dim_and_tensors("index_add", args)
         return _C.ops.index_add(self._tensor(x, "index_add"), dim, index, src)
+
+    def all_to_all_dispatch(self, tokens, counts, mesh=None, mesh_axis=None):
+        """Expert-parallel token dispatch along a mesh axis (mesh_x unless given): this rank's rows
+        ``tokens`` [m, ..], grouped by expert with ``counts`` [experts] rows per expert, go to the
+        team member holding their expert (member r holds experts r*e..(r+1)*e-1, e = experts / team).
+        Two communications: the counts' AllToAll, then the rows' AllToAllV with the split sizes the
+        counts give. Returns (received, recv_counts): the rows for this rank's experts, grouped by
+        local expert and then by source rank (their number is known only at run time), and
+        recv_counts [team, e], the rows each source sent each local expert (sum over axis 0 and
+        cumsum give grouped_mm's offsets). ``mesh``: the DeviceMesh (or the team size); under
+        meshfuser.dtensor.compile(expert_parallel=...) the expert-parallel mesh and axis by default."""
+        from ._C import ParallelType
+        if mesh is None:
+            mesh = getattr(self._fd, "expert_mesh", None)
+            if mesh_axis is None:
+                mesh_axis = getattr(self._fd, "expert_axis", None)
+            if mesh is None:
+                raise _C.ArgumentError("all_to_all_dispatch: expected the mesh to exchange on (a DeviceMesh or the "
+                                       "team size)")
+        axis = ParallelType.mesh_x if mesh_axis is None else mesh_axis
+        team = mesh if isinstance(mesh, numbers.Integral) else _team_size(mesh, axis)
+        return _C.ops.all_to_all_dispatch(self._tensor(tokens, "all_to_all_dispatch"),
+                                          self._tensor(counts, "all_to_all_dispatch"), axis, int(team))
+
+    def all_to_all_combine(self, expert_out, counts, recv_counts):
+        """The reverse of all_to_all_dispatch(tokens, counts, ..) -> (received, recv_counts): the rows
+        of ``expert_out`` (in the received rows' order) go back to their senders, which get them in
+        the order of ``tokens`` (one AllToAllV)."""
+        return _C.ops.all_to_all_combine(self._tensor(expert_out, "all_to_all_combine"),
+                                         self._tensor(counts, "all_to_all_combine"),
+                                         self._tensor(recv_counts, "all_to_all_combine"))
 
     def cumsum(self, x, dim, dtype=None):
         """torch.cumsum; integer and bool inputs accumulate in int64 unless dtype is given."""

@@ -111,9 +111,9 @@ def corpus(**kw):
     for dtype, dt in DTYPES.items():
         for rows, cols in [(16384, 16384), (1000, 777), (4, 64)]:
             m = lambda: _meta((rows, cols), dtype)  # noqa: E731
-            add(f"gelu_bias_{dtype}_{rows}x{cols}", _pointwise(dt, "gelu_bias").cuda_kernels([m(), m(), _meta((1, cols), dtype)], **kw))
-            add(f"broadcast_{dtype}_{rows}x{cols}",
-                _pointwise(dt, "broadcast_both").cuda_kernels([m(), _meta((1, cols), dtype), _meta((rows, 1), dtype)], **kw))
+            row, col = _meta((1, cols), dtype), _meta((rows, 1), dtype)
+            add(f"gelu_bias_{dtype}_{rows}x{cols}", _pointwise(dt, "gelu_bias").cuda_kernels([m(), m(), row], **kw))
+            add(f"broadcast_{dtype}_{rows}x{cols}", _pointwise(dt, "broadcast_both").cuda_kernels([m(), row, col], **kw))
             add(f"casts_{dtype}_{rows}x{cols}", _pointwise(dt, "casts").cuda_kernels([m()], **kw))
         # inner (many / few rows), outer, middle axes, and a max.
         for shape, dims, op in [((1, 16384, 16384), [2], "sum"), ((1, 8, 1 << 20), [2], "sum"),
@@ -123,7 +123,8 @@ def corpus(**kw):
                 _reduction(dt, dims, op).cuda_kernels([_meta(shape, dtype)], **kw))
         for shape, order in [((64, 128, 256), [0, 2, 1]), ((256, 32, 96), [2, 1, 0]), ((7, 130, 66), [1, 0, 2])]:
             out_shape = [shape[i] for i in order]
-            add(f"permute_{dtype}_{order}", _permute3(dt, order).cuda_kernels([_meta(shape, dtype), _meta(out_shape, dtype)], **kw))
+            fd = _permute3(dt, order)
+            add(f"permute_{dtype}_{order}", fd.cuda_kernels([_meta(shape, dtype), _meta(out_shape, dtype)], **kw))
     return out
 
 

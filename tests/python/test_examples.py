@@ -59,3 +59,22 @@ def test_transformer_block_benchmark_runs_on_cpu(tmp_path, block):
                          capture_output=True, text=True, timeout=120, cwd=ROOT / "benchmarks")
     assert run.returncode == 0, run.stderr
     assert "meshfuser" in run.stdout and "eager" in run.stdout, run.stdout
+
+
+def test_moe_layer_example_matches_autograd():
+    stdout = _run_example("moe_layer.py", "--tokens", "12", "--experts", "4")
+    assert _max_error(r"max \|error\| vs PyTorch", stdout) < 1e-4, stdout
+    assert _max_error(r"max \|gradient error\| vs autograd", stdout) < 1e-4, stdout
+    assert "AllToAll" in stdout and "dispatch: splits from" in stdout, stdout
+
+
+def test_moe_layer_benchmark_runs_on_cpu(tmp_path):
+    """The benchmark's CPU smoke run: it checks meshfuser against eager itself and prints the table."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")]),
+               MESHFUSER_BENCH_DIR=str(tmp_path), CUDA_VISIBLE_DEVICES="")
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(var, None)
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "moe_layer.py"), "--iters", "1", "--no-compile"],
+                         env=env, capture_output=True, text=True, timeout=120, cwd=ROOT / "benchmarks")
+    assert run.returncode == 0, run.stderr
+    assert "meshfuser" in run.stdout and "eager" in run.stdout and "fwd_bwd_vs_eager" in run.stdout, run.stdout

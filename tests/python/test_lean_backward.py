@@ -4,12 +4,15 @@ GEMMs, attention and generated kernels: the saved q, k, v and attention output k
 and write that layout in place, and the weight gradients' GEMMs read their operands transposed in
 place (a layout flag, not a copy).
 
-Two independent checks: the GPU plan, walked on meta tensors (fd.cuda_kernels, no GPU needed):
-every piece on ATen is a GEMM, attention or views; and a CPU run under torch.profiler: no
-aten::copy_ at all (the one exception: grouped-query attention repeats the key/value heads for the
-kernel, inside the attention op)."""
+The forward that saves those activations copies nothing to save them either. Two independent
+checks each: the GPU plan, walked on meta tensors (fd.cuda_kernels, no GPU needed): every piece on
+ATen is a GEMM, attention, views or RoPE's cat; and a CPU run under torch.profiler: no aten::copy_
+(exceptions, each named where it is allowed: grouped-query attention repeats the key/value heads
+inside the attention op, a biased GEMM starts from its bias, the CPU kernel's logsumexp layout)."""
+import os
 import pathlib
 import re
+import subprocess
 import sys
 
 import pytest
@@ -77,23 +80,90 @@ def test_backward_plan_has_no_copies(block):
     assert any(runs_on == "generated" and "sum" in ops for ops, runs_on, _ in plan), plan
 
 
-@pytest.mark.parametrize("block", sorted(BLOCKS))
-def test_backward_on_cpu_copies_nothing(block):
-    inputs, definition = BLOCKS[block][0]()
-    backward = definition(DataType.Float)
-    backward.execute(inputs)  # plans and compiles outside the profile
+def _forward(block, dtype):
+    """The training forward (saving activations) and its inputs."""
+    e = H * HD
+    if block == "gpt":
+        full = blocks.gpt_parameters(B, S, e, seed=1)
+        return blocks.gpt_forward_definition(B, S, H, HD, 1, "tp", dtype), blocks.gpt_forward_inputs(full.pop("x"), full)
+    full = blocks.llama_parameters(B, S, e, HD, FFN, seed=2, kv_heads=KV_HEADS)
+    forward = blocks.llama_forward_definition(B, S, H, HD, FFN, 1, "tp", dtype, KV_HEADS, save=True)
+    return forward, blocks.llama_forward_inputs(full.pop("x"), full)
+
+
+def _cpu_copies(fd, inputs, allowed):
+    """The aten::copy_ calls of one CPU run of fd (after a warm one), but those `allowed(shape,
+    enclosing op names)` excuses; 0-d copies are scalars wrapped for ATen calls."""
+    fd.execute(inputs)  # plans and compiles outside the profile
     with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
-        backward.execute(inputs)
+        fd.execute(inputs)
     copies = []
     for event in prof.events():
         if event.name != "aten::copy_" or not event.input_shapes or not event.input_shapes[0]:
-            continue  # 0-d copies are scalars wrapped for ATen calls
+            continue
         outer = []
         parent = event.cpu_parent
         while parent is not None:
             outer.append(parent.name)
             parent = parent.cpu_parent
-        if block == "llama" and any("sdpfa_bwd" in name for name in outer):
-            continue  # the key/value heads repeated for grouped-query attention
-        copies.append((event.input_shapes[0], outer[:3]))
+        if not allowed(event.input_shapes[0], outer):
+            copies.append((event.input_shapes[0], outer[:3]))
+    return copies
+
+
+def _grouped_heads_repeat(block, op):
+    """Grouped-query attention repeats the key/value heads for the kernel, inside the attention op."""
+    return lambda shape, outer: block == "llama" and any(op in name for name in outer)
+
+
+@pytest.mark.parametrize("block", sorted(BLOCKS))
+def test_training_forward_saves_without_copies(block):
+    """The forward that saves the activations: its outputs are what the projections and attention
+    wrote (heads merged), so saving them copies nothing either. GPU plan: GEMMs, attention, views,
+    RoPE's cat; CPU run: no copy but the logsumexp, which PyTorch's CPU flash kernel writes as
+    [b, s, h] (CUDA's kernels write the [b, h, s] we save)."""
+    forward, inputs = _forward(block, DataType.BFloat16)
+    plan = _gpu_plan(forward, inputs, lse=-1)
+    aten = [(ops, why) for ops, runs_on, why in plan if runs_on == "ATen" and not why.startswith("(only views")]
+    assert len([ops for ops, _ in aten if ops == ["linear"]]) == BLOCKS[block][1] // 2, plan
+    rest = [ops for ops, _ in aten if ops not in (["linear"], ["sdpfa_fwd"])]
+    assert all(ops == ["cat"] for ops in rest) and len(rest) <= BLOCKS[block][2], aten
+
+    forward, inputs = _forward(block, DataType.Float)
+    repeat = _grouped_heads_repeat(block, "sdpfa_fwd")
+    # (A biased linear's GEMM starts from its bias, copied into the output: part of the GEMM call.)
+    copies = _cpu_copies(forward, inputs, lambda shape, outer: repeat(shape, outer) or shape == [B, H, S]
+                         or outer[0] == "aten::addmm")
     assert copies == [], copies
+
+
+@pytest.mark.parametrize("block", sorted(BLOCKS))
+def test_backward_on_cpu_copies_nothing(block):
+    inputs, definition = BLOCKS[block][0]()
+    copies = _cpu_copies(definition(DataType.Float), inputs, _grouped_heads_repeat(block, "sdpfa_bwd"))
+    assert copies == [], copies
+
+
+FALLBACK_SCRIPT = """
+import sys
+sys.path.insert(0, sys.argv[1])
+import test_lean_backward as t
+from meshfuser import DataType
+inputs, definition = t.BLOCKS[sys.argv[2]][0]()
+saved = t.blocks.GPT_SAVED if sys.argv[2] == "gpt" else t.blocks.LLAMA_SAVED
+t._gpu_plan(definition(DataType.BFloat16), inputs, 1 + saved.index("lse"))
+"""
+
+
+@pytest.mark.parametrize("block", sorted(BLOCKS))
+def test_fallback_dump_lists_only_gemms_attention_and_rope_cat(block):
+    """MESHFUSER_DUMP=fallback on the backward's GPU plan: the GEMMs and attention (library kernels,
+    by design), RoPE's cat for the Llama block, and no reshape or permute (views are not fallbacks)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "MASTER_ADDR", "RANK", "WORLD_SIZE")}
+    env["MESHFUSER_DUMP"] = "fallback"  # read once per process: a fresh one
+    run = subprocess.run([sys.executable, "-c", FALLBACK_SCRIPT, str(pathlib.Path(__file__).parent), block],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert run.returncode == 0, run.stderr
+    lines = [line for line in (run.stdout + run.stderr).splitlines() if "runs on the ATen evaluator" in line]
+    ops = {re.search(r"= (\w+)\(", line).group(1) for line in lines}
+    assert lines and ops <= {"matmul", "sdpfa_bwd"} | ({"cat"} if block == "llama" else set()), lines

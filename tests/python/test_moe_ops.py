@@ -208,6 +208,30 @@ def test_scatter_and_index_add():
     torch.testing.assert_close(b, torch.index_add(x, 0, rows, update))  # repeated rows accumulate
 
 
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax", "amin"])
+@pytest.mark.parametrize("include_self", [True, False])
+def test_scatter_reduce(reduce, include_self):
+    torch.manual_seed(9)
+    x = torch.randn(4, 5)
+    index = torch.tensor([[3, 0, 3, 1, 0], [3, 2, 0, 0, 1], [0, 0, 3, 1, 2]])  # repeats reduce together
+    src = torch.randn(3, 5)
+    _, (out,) = _run(lambda fd, t, i, s: fd.ops.scatter_reduce(t, 0, i, s, reduce, include_self=include_self),
+                     [x, index, src])
+    torch.testing.assert_close(out, torch.scatter_reduce(x, 0, index, src, reduce, include_self=include_self))
+
+
+def test_scatter_add_counts_experts_per_row():
+    """Per-row expert counts (a batched bincount): scatter_add of ones at the chosen experts; nvFuser's
+    argument order (x, index, src, dim) too."""
+    chosen = torch.tensor([[1, 3], [3, 0], [2, 3]])
+    zeros, ones = torch.zeros(3, 4), torch.ones(3, 2)
+    _, (a, b) = _run(lambda fd, z, c, o: [fd.ops.scatter_add(z, 1, c, o),
+                                          fd.ops.scatter_reduce(z, c, o, 1, reduce="amax", include_self=False)],
+                     [zeros, chosen, ones])
+    torch.testing.assert_close(a, zeros.scatter_add(1, chosen, ones))
+    torch.testing.assert_close(b, zeros.scatter_reduce(1, chosen, ones, "amax", include_self=False))
+
+
 @pytest.mark.parametrize("build, match", [
     (lambda fd, x, i: fd.ops.index_select(x, 0, fd.define_tensor([2, 2], dtype=DataType.Int)),
      r"index_select: index T\d+ has shape \[2, 2\] \(2-D\); expected 1-D"),
@@ -229,6 +253,15 @@ def test_scatter_and_index_add():
     (lambda fd, x, i: fd.ops.index_add(x, "0", i, x), r"index_add: expected an int axis"),
     (lambda fd, x, i: fd.ops.index_select(x, 0, [1, 2]), r"index_select: expected a TensorView; got list"),
     (lambda fd, x, i: fd.ops.bincount(i, 4.0), r"bincount: minlength must be a Python int; got float"),
+    (lambda fd, x, i: fd.ops.scatter_reduce(x, 0, fd.define_tensor([1, 4], dtype=DataType.Int),
+                                            fd.define_tensor([1, 4]), "max"),
+     r"scatter_reduce: reduce is 'max'; expected one of sum, prod, mean, amax, amin"),
+    (lambda fd, x, i: fd.ops.scatter_reduce(x, 0, fd.define_tensor([1, 4], dtype=DataType.Int),
+                                            fd.define_tensor([1, 4])),
+     r"scatter_reduce: expected reduce"),
+    (lambda fd, x, i: fd.ops.scatter_reduce(x, 0, fd.define_tensor([2, 4], dtype=DataType.Int),
+                                            fd.define_tensor([1, 4]), "sum"),
+     r"scatter_reduce: index T\d+ has 2 at axis 0 .*expected at most 1, the extent of src"),
 ])
 def test_indexing_errors(build, match):
     with pytest.raises(meshfuser.Error, match=match):
@@ -290,7 +323,9 @@ def test_print_names_attributes():
         fd.add_output(values)
         fd.add_output(fd.ops.argsort(x, 0, descending=True, stable=True))
         fd.add_output(fd.ops.bincount(fd.ops.reshape(indices, [8]), 6))
+        fd.add_output(fd.ops.scatter_reduce(x, 1, indices, values, "amax", include_self=False))
     text = str(fd)
+    assert "scatter_reduce(T0, T2, T1, dim=1, reduce=amax, include_self=false)" in text
     assert "topk(T0, k=2, dim=1, largest=false, sorted=true)" in text
     assert "argsort(T0, dim=0, descending=true, stable=true)" in text
     assert "minlength=6)" in text

@@ -102,6 +102,10 @@ std::map<std::string, Build> cases() {
   c["bincount"] = [=](Fusion& f) {
     return op("bincount", {f.defineTensor({5}, DataType::Int)}, {{"minlength", i64(4)}});
   };
+  c["scatter_reduce"] = [=](Fusion& f) {
+    return op("scatter_reduce", {f.defineTensor({2, 3}), f.defineTensor({2, 3}, DataType::Int), f.defineTensor({2, 3})},
+              {{"dim", i64(1)}, {"reduce", std::string("amax")}});
+  };
   return c;
 }
 

@@ -26,7 +26,8 @@ Case tanhFloat(std::vector<int64_t> shape) {
 
 TEST(DeviceLimitsTest, DefaultIsTheSm90Table) {
   EXPECT_EQ(DeviceLimits{}, deviceLimitsForArch("sm_90"));
-  EXPECT_EQ(knownArchitectures(), (std::vector<std::string>{"sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_100", "sm_120"}));
+  EXPECT_EQ(knownArchitectures(),
+            (std::vector<std::string>{"sm_80", "sm_86", "sm_87", "sm_89", "sm_90", "sm_100", "sm_120"}));
   for (const std::string& arch : knownArchitectures()) {
     DeviceLimits d = deviceLimitsForArch(arch);
     EXPECT_NO_THROW(checkDeviceLimits(d)) << arch;

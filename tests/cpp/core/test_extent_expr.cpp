@@ -54,6 +54,22 @@ TEST(ExtentExprTest, ProductsCompareAndDivide) {
   EXPECT_EQ(extentQuotient(f, sym("s0"), extentConst(3)).symbol, "s0/3");  // not known to divide
   // A quotient or sum is one atom, not a product.
   EXPECT_EQ(factorsOf(f, sym("s0+4")).atoms, (std::vector<std::string>{"s0+4"}));
+  EXPECT_EQ(factorsOf(f, sym("(s0+4)*s1")).atoms, (std::vector<std::string>{"(s0+4)", "s1"}));
+  EXPECT_EQ(factorsOf(f, sym("(s0*s1)/2")).atoms, (std::vector<std::string>{"(s0*s1)/2"}));
+}
+
+// A product nested in parentheses is the same product: the extent a reshape's -1 leaves for
+// [s0, s1, s2] -> [-1, s2] is "(s0*s1)", which must equal (and divide into) s0 * s1.
+TEST(ExtentExprTest, NestedProductsFlatten) {
+  Fusion f;
+  ExtentFactors nested = factorsOf(f, sym("(s0*s1)"));
+  EXPECT_EQ(nested.atoms, (std::vector<std::string>{"s0", "s1"}));
+  EXPECT_EQ(nested, factorsOf(f, sym("s1*s0")));
+  ExtentFactors deep = factorsOf(f, sym("((s0*2)*s1)*s2"));
+  EXPECT_EQ(deep.constant, 2);
+  EXPECT_EQ(deep.atoms, (std::vector<std::string>{"s0", "s1", "s2"}));
+  EXPECT_TRUE(factorsOf(f, sym("s0")).divides(nested));
+  EXPECT_EQ(extentQuotient(f, sym("((s0*s1)*s2)"), sym("s2")).symbol, "s0*s1");
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-"""One test per row of the communication lowering table (DESIGN.md section 6), plus the
+"""One test per row of the communication lowering table (docs/design.md section 6), plus the
 Communicator's collectives used directly. Every rank builds the same unsharded reference from the
 seeded RNG and checks its own shard."""
 import pytest

@@ -332,3 +332,56 @@ def test_execute_scheduled_with_partial_input(multidevice_test):
     w = _dist(torch.randn(d * 8, 16), tmesh, [Shard(0)], multidevice_test)
     (out,) = fd.execute([x, w])
     torch.testing.assert_close(out.full_tensor().cpu(), F.linear(ux, w.full_tensor().cpu()), rtol=RTOL, atol=ATOL)
+
+
+# -- the weight gradient of a sharded linear (3-D activations, symbolic extents) --------------------
+
+def _linear_3d(fd):
+    x = fd.define_tensor([-1, -1, -1])
+    w = fd.define_tensor([-1, -1])
+    fd.add_output(fd.ops.linear(x, w))
+
+
+def _linear_3d_backward(fd):
+    """grad_out, x, w -> grad_x = grad_out @ w, grad_w = grad_out_rows^T @ x_rows (rows = b*s)."""
+    g = fd.define_tensor([-1, -1, -1])
+    x = fd.define_tensor([-1, -1, -1])
+    w = fd.define_tensor([-1, -1])
+    fd.add_output(fd.ops.matmul(g, w))
+    g_rows = fd.ops.reshape(g, [-1, fd.ops.size(g, 2)])
+    x_rows = fd.ops.reshape(x, [-1, fd.ops.size(x, 2)])
+    fd.add_output(fd.ops.matmul(fd.ops.permute(g_rows, [1, 0]), x_rows))
+
+
+@pytest.mark.parametrize("parallel", ["column", "row"])
+def test_linear_weight_gradient_is_sharded_like_the_weight(multidevice_test, parallel):
+    # Column parallel: w Shard(0), x Replicate, grad_out Shard(2); row parallel: w Shard(1), x Shard(2),
+    # grad_out Replicate. grad_w comes out of the backward definition sharded like w, at 1/d of its
+    # size, with no Allgather (it used to gather the sharded operand and return a Replicate grad_w).
+    d = multidevice_test.size
+    mesh = _torch_mesh(multidevice_test)
+    b, s, n, k = 2, 3, 4 * d, 2 * d
+    col = parallel == "column"
+    ug, ux, uw = torch.randn(b, s, n), torch.randn(b, s, k), torch.randn(n, k)
+    g = _dist(ug, mesh, [Shard(2) if col else Replicate()], multidevice_test)
+    x = _dist(ux, mesh, [Replicate() if col else Shard(2)], multidevice_test)
+    w = _dist(uw, mesh, [Shard(0) if col else Shard(1)], multidevice_test)
+    backward = meshfuser.dtensor.compile(_linear_3d_backward)
+    grad_x, grad_w = backward(g, x, w)
+    assert grad_w.placements == w.placements, grad_w.placements
+    assert grad_w.to_local().shape == w.to_local().shape
+    torch.testing.assert_close(grad_w.full_tensor().cpu(), ug.reshape(-1, n).T @ ux.reshape(-1, k), rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(grad_x.full_tensor().cpu(), ug @ uw, rtol=RTOL, atol=ATOL)
+    comms = communication_kinds(_communications(lambda: backward(g, x, w)))
+    # Column parallel sums grad_x over the sharded n (an Allreduce); row parallel moves nothing.
+    assert comms == (["Allreduce"] if col and d > 1 else []), comms
+
+    # Through torch.autograd: w.grad is sharded like w, and the backward still gathers nothing.
+    trainable = meshfuser.dtensor.compile(_linear_3d, backward=_linear_3d_backward)
+    w_param = _dist(uw, mesh, [Shard(0) if col else Shard(1)], multidevice_test).requires_grad_()
+    out = trainable(x, w_param)
+    comms = communication_kinds(_communications(lambda: out.backward(g)))
+    assert "Allgather" not in comms, comms
+    assert w_param.grad.placements == w_param.placements
+    torch.testing.assert_close(w_param.grad.full_tensor().cpu(), ug.reshape(-1, n).T @ ux.reshape(-1, k),
+                               rtol=RTOL, atol=ATOL)

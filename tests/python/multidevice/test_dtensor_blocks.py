@@ -39,7 +39,8 @@ def _dtensors(full, mesh, split):
 # bias gradients, summed from the sequence-split gradient rather than from its gathered copy).
 PLANS = {"tp": (["Allreduce"] * 2, ["Allreduce"] * 2),  # backward: d_ln1, and q + k + v summed first
          "sp": (["Allgather", "ReduceScatter"] * 2,
-                ["Allgather", "ReduceScatter", "Allgather"] + ["ReduceScatter"] * 3 + ["Allreduce"] * 2
+                # the q, k and v input gradients summed before one ReduceScatter (sum_partials)
+                ["Allgather", "ReduceScatter"] * 2 + ["Allreduce"] * 2
                 + ["Allgather"] + ["Allreduce"] * 3 + ["Allgather", "Allreduce"])}
 
 

@@ -2,8 +2,8 @@
 definition reads them (examples/transformer_blocks.py), and every gradient equals unsharded PyTorch
 autograd. TP: forward two Allreduce, backward two (the q, k and v input gradients summed before theirs).
 SP: the backward mirrors the forward (an Allgather of the gradient before each row-parallel
-linear's backward, a ReduceScatter of each column-parallel input gradient) plus an Allreduce of each
-LayerNorm weight and bias gradient, partial per sequence shard."""
+linear's backward, one ReduceScatter of each column-parallel part's input gradient, q + k + v summed
+first) plus an Allreduce of each LayerNorm weight and bias gradient, partial per sequence shard."""
 import pathlib
 import sys
 
@@ -68,9 +68,9 @@ def test_gpt_block_forward_then_backward_from_saved_activations(multidevice_test
         # Allreduces, as Megatron's backward, not one per column-parallel input gradient.
         assert comms == ["Allreduce"] * 2
     else:
-        # MLP: gather dy, reduce-scatter d_ln1; attention: gather d_res0, reduce-scatter each of the
-        # q/k/v input gradients; then the four LayerNorm weight/bias gradients.
-        assert comms == ["Allgather", "ReduceScatter", "Allgather"] + ["ReduceScatter"] * 3 + ["Allreduce"] * 4
+        # MLP: gather dy, reduce-scatter d_ln1; attention: gather d_res0, reduce-scatter the sum of
+        # the q/k/v input gradients (sum_partials); then the four LayerNorm weight/bias gradients.
+        assert comms == ["Allgather", "ReduceScatter"] * 2 + ["Allreduce"] * 4
     split = blocks.GPT_SPLIT | ({"x": 1} if sp else {})
     for n, actual in zip(blocks.GPT_PARAMS, grads):
         want = expected_grads[n]

@@ -111,3 +111,61 @@ def test_sorted_axis_split_is_gathered(multidevice_test):
     (out,) = fd.execute(inputs)
     torch.testing.assert_close(out.cpu(), torch.argsort(ux, dim=1, stable=True))
     assert _communications(fd, inputs) == (["Allgather"] if d > 1 else [])
+
+
+def test_row_parallel_grouped_mm(multidevice_test):
+    """k split on both operands: each device multiplies its slice of k, one Allreduce sums them (a
+    ReduceScatter when the output is scattered on its rows)."""
+    d = multidevice_test.size
+    mesh = DeviceMesh(range(d))
+    offs = _offsets([2 * d, 0, d, d])  # an expert without tokens
+    for scatter in (False, True):
+        with FusionDefinition() as fd:
+            tokens = fd.define_tensor([4 * d, 4 * d])
+            w = fd.define_tensor([4, 4 * d, 6])
+            o = fd.define_tensor([4], dtype=DataType.Int32)
+            out = fd.ops.grouped_mm(tokens, w, o)
+            fd.add_output(out)
+            _shard(tokens, mesh, 1)
+            _shard(w, mesh, 1)
+            o.set_device_mesh(mesh)
+            if scatter:
+                _shard(out, mesh, 0)
+            else:
+                out.set_device_mesh(mesh)
+        ut, uw = torch.randn(4 * d, 4 * d), torch.randn(4, 4 * d, 6)
+        inputs = [multidevice_test.shard_tensor(ut, 1, mesh), multidevice_test.shard_tensor(uw, 1, mesh), offs]
+        (out_t,) = fd.execute(inputs)
+        ref = _grouped(ut, uw, offs)
+        expected = mesh.shard_tensor(ref, 0, multidevice_test.rank) if scatter else ref
+        torch.testing.assert_close(out_t.cpu(), expected, rtol=1e-4, atol=1e-4)
+        kind = "ReduceScatter" if scatter else "Allreduce"
+        assert _communications(fd, inputs) == ([kind] if d > 1 else [])
+
+
+def test_grouped_swiglu_mlp_tensor_parallel(multidevice_test):
+    """The grouped SwiGLU MLP with every expert's ffn features split (column-parallel gate/up,
+    row-parallel down): local grouped GEMMs and one Allreduce."""
+    d = multidevice_test.size
+    mesh = DeviceMesh(range(d))
+    offs = _offsets([3, 0, 5])
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([8, 8])
+        w_gate, w_up = fd.define_tensor([3, 8, 2 * d]), fd.define_tensor([3, 8, 2 * d])
+        w_down = fd.define_tensor([3, 2 * d, 8])
+        o = fd.define_tensor([3], dtype=DataType.Int32)
+        h = fd.ops.mul(fd.ops.silu(fd.ops.grouped_mm(x, w_gate, o)), fd.ops.grouped_mm(x, w_up, o))
+        out = fd.ops.grouped_mm(h, w_down, o)
+        fd.add_output(out)
+        for t in (x, o, out):
+            t.set_device_mesh(mesh)
+        _shard(w_gate, mesh, 2)
+        _shard(w_up, mesh, 2)
+        _shard(w_down, mesh, 1)
+    ux, ug, uu, ud = torch.randn(8, 8), torch.randn(3, 8, 2 * d), torch.randn(3, 8, 2 * d), torch.randn(3, 2 * d, 8)
+    inputs = [ux, multidevice_test.shard_tensor(ug, 2, mesh), multidevice_test.shard_tensor(uu, 2, mesh),
+              multidevice_test.shard_tensor(ud, 1, mesh), offs]
+    (out_t,) = fd.execute(inputs)
+    ref = _grouped(torch.nn.functional.silu(_grouped(ux, ug, offs)) * _grouped(ux, uu, offs), ud, offs)
+    torch.testing.assert_close(out_t.cpu(), ref, rtol=1e-4, atol=1e-4)
+    assert _communications(fd, inputs) == (["Allreduce"] if d > 1 else [])

@@ -280,7 +280,7 @@ def test_dtensor_plus_one(setup_default_process_group, multidevice_test):
 
     mesh = _torch_mesh(d, ("tp",))
     x = distribute_tensor(torch.randn(d, 4).to(multidevice_test.device), mesh, [Shard(0)])
-    out = meshfuser.dtensor.compile(define)(x)  # one output: a DTensor, not a list (API.md)
+    out = meshfuser.dtensor.compile(define)(x)  # one output: a DTensor, not a list (meshfuser/dtensor.py)
     torch.testing.assert_close(out.to_local(), x.to_local() + 1)
     assert out.device_mesh == x.device_mesh and out.placements == x.placements
     assert out.device_mesh.mesh_dim_names == ("tp",)

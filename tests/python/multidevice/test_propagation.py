@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import meshfuser
-from meshfuser.testing import communication_kinds
+from meshfuser.testing import communication_kinds, execute_with_plan
 from meshfuser import DeviceMesh, FusionDefinition, ParallelType
 
 
@@ -86,3 +86,66 @@ def test_sum_over_the_sharded_axis_propagates_to_an_allreduce(multidevice_test):
     (out,), comms = _comms(fd, [mesh.shard_tensor(full, 0, rank).to(multidevice_test.device)])
     assert communication_kinds(comms) == (["Allreduce"] if d > 1 else []), comms
     torch.testing.assert_close(out.cpu(), full.exp().sum(0), rtol=1e-5, atol=1e-5)
+
+
+# -- reshape to rows with symbolic extents (the weight gradient of a sharded linear) ---------------
+
+def _rows(fd, t, static_extent):
+    """t [b, s, n] -> [b*s, n], with n a constant or the symbolic extent fd.ops.size(t, 2)."""
+    return fd.ops.reshape(t, [-1, static_extent if static_extent is not None else fd.ops.size(t, 2)])
+
+
+def _shard_last(tv, mesh):
+    tv.set_device_mesh(mesh)
+    tv.outer_split(2, mesh.size)
+    tv.axis(2).parallelize(ParallelType.mesh_x)
+
+
+@pytest.mark.parametrize("symbolic", [False, True], ids=["static", "symbolic"])
+def test_reshape_to_rows_keeps_the_sharded_last_axis(multidevice_test, symbolic):
+    # [b, s, n] sharded on n -> [b*s, n]: the last axis is kept whole, so it stays sharded whether
+    # the extents are constants or symbols (s0*s1 rows, s2 columns).
+    d, rank = multidevice_test.size, multidevice_test.rank
+    mesh = DeviceMesh(range(d))
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([-1, -1, -1] if symbolic else [2, 3, 4 * d])
+        fd.add_output(_rows(fd, x, None if symbolic else 4 * d))
+    _shard_last(x, mesh)
+    full = torch.randn(2, 3, 4 * d)
+    (out,), comms = execute_with_plan(fd, [mesh.shard_tensor(full, 2, rank).to(multidevice_test.device)])
+    assert comms == [], fd.host_program()
+    assert fd.get_output_shardings()[0].axis_sharded_on(ParallelType.mesh_x) == 1
+    assert tuple(out.shape) == (6, 4)
+    torch.testing.assert_close(out.cpu(), mesh.shard_tensor(full.reshape(6, 4 * d), 1, rank))
+
+
+@pytest.mark.parametrize("symbolic", [False, True], ids=["static", "symbolic"])
+@pytest.mark.parametrize("parallel", ["column", "row"])
+def test_linear_weight_gradient_stays_sharded(multidevice_test, symbolic, parallel):
+    # grad_w = grad_out_rows^T @ x_rows. Column parallel: grad_out is sharded on n (like w's rows);
+    # row parallel: x is sharded on k (like w's columns). Either way grad_w is sharded like w and
+    # nothing moves: before the fix, the symbolic form gathered the sharded operand (an Allgather of
+    # b*s*n/d elements per rank) and returned a replicated [n, k].
+    d, rank = multidevice_test.size, multidevice_test.rank
+    mesh = DeviceMesh(range(d))
+    b, s, n, k = 2, 3, 4 * d, 2 * d
+    with FusionDefinition() as fd:
+        g = fd.define_tensor([-1, -1, -1] if symbolic else [b, s, n])
+        x = fd.define_tensor([-1, -1, -1] if symbolic else [b, s, k])
+        g_rows = _rows(fd, g, None if symbolic else n)
+        x_rows = _rows(fd, x, None if symbolic else k)
+        fd.add_output(fd.ops.matmul(fd.ops.permute(g_rows, [1, 0]), x_rows))
+    sharded = g if parallel == "column" else x
+    _shard_last(sharded, mesh)
+    (g if parallel == "row" else x).set_device_mesh(mesh)
+    full_g, full_x = torch.randn(b, s, n), torch.randn(b, s, k)
+    local_g = mesh.shard_tensor(full_g, 2, rank) if parallel == "column" else full_g
+    local_x = mesh.shard_tensor(full_x, 2, rank) if parallel == "row" else full_x
+    dev = multidevice_test.device
+    (grad_w,), comms = execute_with_plan(fd, [local_g.to(dev), local_x.to(dev)])
+    assert comms == [], fd.host_program()
+    axis = 0 if parallel == "column" else 1
+    assert fd.get_output_shardings()[0].axis_sharded_on(ParallelType.mesh_x) == axis
+    assert tuple(grad_w.shape) == ((n // d, k) if parallel == "column" else (n, k // d))
+    reference = full_g.reshape(-1, n).T @ full_x.reshape(-1, k)
+    torch.testing.assert_close(grad_w.cpu(), mesh.shard_tensor(reference, axis, rank), rtol=1e-5, atol=1e-5)
