@@ -381,6 +381,30 @@ std::vector<OpInfo> buildTable() {
   t.push_back(exchange(OpType::AllToAllCounts, "all_to_all_counts", 2));  // counts, tokens (for their rows)
   t.push_back(exchange(OpType::AllToAllDispatch, "all_to_all_dispatch", 3));
   t.push_back(exchange(OpType::AllToAllCombine, "all_to_all_combine", 3));
+
+  // Ops their entry defines alone: no C++ names them (they take the next OpType value), fd.ops and
+  // the C++ API's ops::op build them by name, ATen runs them as aten(operands..., attributes...).
+  // triu(x, diagonal=0): torch.triu over the last two axes. Its values depend on the positions along
+  // them, so a device split there is gathered first (they map to no output axis); leading axes pass
+  // their splits through.
+  OpInfo triu = base(OpType(t.size()), "triu", OpKind::Routing, 1, 1, D::SameAsInput, [](const Expr* e, size_t i) {
+    std::vector<int64_t> map = mapRightAligned(e, i);
+    for (size_t k = map.size() < 2 ? 0 : map.size() - 2; k < map.size(); ++k) map[k] = -1;
+    return map;
+  });
+  triu.attributes = {optional("diagonal", int64_t{0})};
+  triu.check = [](const Expr* e) {
+    const Val* x = e->input(0);
+    const size_t rank = x->isTensor() ? static_cast<const TensorView*>(x)->logicalNoReductions().size() : 0;
+    MF_USER_ARG_CHECK(rank >= 2, e->toString(), ": ", x->toString(), " has ", rank, rank == 1 ? " axis" : " axes",
+                      "; triu needs at least 2");
+  };
+  triu.build = &builders::shapedLikeInput;
+  triu.regroups_axes = true;
+  triu.aten = "aten::triu";
+  triu.no_cuda = "triu runs on ATen";
+  t.push_back(triu);
+
   for (size_t k = 0; k < t.size(); ++k) {
     MF_CHECK(static_cast<size_t>(t[k].op) == k, "op registry out of order at ", t[k].name);
     MF_CHECK(t[k].build != nullptr || t[k].kind == OpKind::Exchange, "op ", t[k].name, " names no builder");
