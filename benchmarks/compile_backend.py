@@ -5,9 +5,14 @@ each other.
     python benchmarks/compile_backend.py                    # one GPU: hidden 4096, 32 heads, 8 KV heads,
                                                             # sequence 8192, bf16 (CPU: tiny smoke run)
     python benchmarks/compile_backend.py --seq 2048 --print-partitions
+    python benchmarks/compile_backend.py --breakdown        # + where each backend's time goes
 
 The model is built once per backend from the same seed; each backend's first call (compile included)
-is timed separately, then calls are timed with CUDA events."""
+is timed separately, then calls are timed with CUDA events. --breakdown splits each backend's forward
+and forward+backward device time into GEMM, attention, generated kernels (meshfuser's, Inductor's
+Triton), other ATen kernels (torch.profiler; on CPU the ATen ops' own time). --print-partitions
+prints meshfuser's partitions report and, per program, what its segments run on the GPU path that is
+neither a generated kernel nor a view (GEMMs, attention, and ATen ops with the reason)."""
 import argparse
 import copy
 import os
@@ -38,8 +43,10 @@ def main():
     parser.add_argument("--kv-heads", type=int, default=8)
     parser.add_argument("--intermediate", type=int, default=14336)
     parser.add_argument("--iters", type=int, default=10)
-    parser.add_argument("--backends", default="eager,inductor,meshfuser")
+    parser.add_argument("--backends", default="eager,inductor,meshfuser",
+                        help="also: meshfuser-saved (options={'recompute': False}: no recomputation in the backward)")
     parser.add_argument("--print-partitions", action="store_true")
+    parser.add_argument("--breakdown", action="store_true", help="kernel classes per backend (torch.profiler)")
     args = parser.parse_args()
 
     from transformers import LlamaConfig
@@ -59,23 +66,44 @@ def main():
     flops = layer_flops(1, s, e, e // h * kv, f)
     sync = torch.cuda.synchronize if cuda else (lambda: None)
 
-    rows, outputs = [], {}
+    rows, outputs, parts = [], {}, {"forward": {}, "forward+backward": {}}
     for name in args.backends.split(","):
         try:
-            rows.append(run_backend(name, base, x, dy, flops, sync, args, outputs))
+            rows.append(run_backend(name, base, x, dy, flops, sync, args, outputs, parts))
         except Exception as e:  # report and go on with the other backends
             print(f"{name}: failed: {type(e).__name__}: {str(e)[:2000]}", flush=True)
         if cuda:
             torch.cuda.empty_cache()
     summarize(rows, outputs, args, dtype, s, e, h, kv, f, cuda)
+    if args.breakdown:
+        from kernel_breakdown import print_breakdown
+        for what, named in parts.items():
+            print_breakdown(f"LlamaDecoderLayer {what}" + ("" if cuda else " (CPU smoke run: ATen ops' CPU time)"),
+                            named)
 
 
-def run_backend(name, base, x, dy, flops, sync, args, outputs):
+def print_partitions():
+    """The partitions report, and each program's GPU plan beyond generated kernels and views."""
+    from meshfuser.dynamo.gpu_plan import describe
+    for report in meshfuser.dynamo.reports():
+        print(report)
+        for program in report.programs:
+            if hasattr(program, "fd") and program.mesh is None:
+                print(f"  {program.name} on the GPU path (besides generated kernels and views):")
+                print("\n".join(describe(program)) or "    nothing")
+
+
+def run_backend(name, base, x, dy, flops, sync, args, outputs, parts):
     """One backend: first calls (compile included) timed, then steady-state forward and fwd+bwd."""
     torch._dynamo.reset()
     meshfuser.dynamo.clear_reports()
     model = copy.deepcopy(base)
-    fn = model if name == "eager" else torch.compile(model, backend=name, dynamic=False)
+    if name == "eager":
+        fn = model
+    elif name == "meshfuser-saved":  # the default partitioner: every intermediate the backward reads saved
+        fn = torch.compile(model, backend="meshfuser", dynamic=False, options={"recompute": False})
+    else:
+        fn = torch.compile(model, backend=name, dynamic=False)
     xi = x.clone().requires_grad_()
     sync()
     t0 = time.perf_counter()
@@ -94,9 +122,16 @@ def run_backend(name, base, x, dy, flops, sync, args, outputs):
     def step():
         fn(xi).backward(dy)
     train_ms = time_ms(step, iters=args.iters)
-    if name == "meshfuser" and args.print_partitions:
-        for report in meshfuser.dynamo.reports():
-            print(report)
+    if args.breakdown:
+        from kernel_breakdown import breakdown_ms
+
+        def forward():
+            with torch.no_grad():
+                fn(xi)
+        parts["forward"][name] = breakdown_ms(forward)
+        parts["forward+backward"][name] = breakdown_ms(step)
+    if name.startswith("meshfuser") and args.print_partitions:
+        print_partitions()
     return {"backend": name, "forward ms": fwd_ms, "fwd+bwd ms": train_ms,
             "fwd TFLOP/s": flops / fwd_ms / 1e9, "fwd+bwd TFLOP/s": 3 * flops / train_ms / 1e9,
             "first call s (no_grad)": compile_fwd, "first call s (train)": compile_train}

@@ -3,15 +3,23 @@ kernels (meshfuser's mf_*, torch.compile's Triton kernels), other ATen kernels, 
 
     from kernel_breakdown import breakdown_ms
     breakdown_ms(fn)  # {"gemm": ..., "attention": ..., "generated": ..., "aten": ..., "comm": ..., "total": ...}
+
+Without a GPU (a smoke run of the same code) it splits the ATen ops' own CPU time the same way
+(`cpu=True`): GEMMs, attention and the rest; meshfuser's named ranges are left out.
 """
 import torch
 
 CATEGORIES = ["gemm", "attention", "generated", "aten", "comm"]
 
 
+_CPU_GEMMS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm")
+
+
 def classify(kernel_name):
     n = kernel_name.lower()
-    if "nccl" in n:
+    if n in _CPU_GEMMS:
+        return "gemm"
+    if "nccl" in n or n.startswith("gloo") or "c10d::" in n:
         return "comm"
     if any(key in n for key in ("flash", "fmha", "cudnn", "attention", "sdpa", "mha")):
         return "attention"
@@ -22,27 +30,33 @@ def classify(kernel_name):
     return "aten"
 
 
-def breakdown_ms(fn, iters=3):
-    """Mean device milliseconds per call of fn() by category, and the kernel count per call."""
+def breakdown_ms(fn, iters=3, cpu=None):
+    """Mean device milliseconds per call of fn() by category, and the kernel count per call
+    (cpu=True, the default without CUDA: ATen ops' self CPU time, and ops per call)."""
+    cpu = not torch.cuda.is_available() if cpu is None else cpu
+    sync = (lambda: None) if cpu else torch.cuda.synchronize
     fn()
-    torch.cuda.synchronize()
-    acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    sync()
+    acts = [torch.profiler.ProfilerActivity.CPU] + ([] if cpu else [torch.profiler.ProfilerActivity.CUDA])
     with torch.profiler.profile(activities=acts) as prof:
         for _ in range(iters):
             fn()
-        torch.cuda.synchronize()
+        sync()
     totals = dict.fromkeys(CATEGORIES, 0.0)
     launches = 0
     top = {}
+    wanted = torch.autograd.DeviceType.CPU if cpu else torch.autograd.DeviceType.CUDA
     by_class = {c: {} for c in CATEGORIES}
     for evt in prof.events():
-        if evt.device_type != torch.autograd.DeviceType.CUDA:
+        if evt.device_type != wanted:
             continue
         # Named ranges (meshfuser::segment ..., record_function) are mirrored on the GPU timeline
         # around the kernels they contain: counting them would count those kernels twice.
         if getattr(evt, "is_user_annotation", False) or evt.name.startswith("meshfuser::"):
             continue
-        us = evt.device_time if hasattr(evt, "device_time") else evt.cuda_time
+        if cpu and not evt.name.startswith("aten::"):
+            continue
+        us = evt.self_cpu_time_total if cpu else (evt.device_time if hasattr(evt, "device_time") else evt.cuda_time)
         cat = classify(evt.name)
         totals[cat] += us / 1e3 / iters
         launches += 1

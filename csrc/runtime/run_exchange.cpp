@@ -68,7 +68,8 @@ void FusionExecutor::runExchange(int64_t index, const Communication& c, std::uno
   const char* op = c.type == CommunicationType::Combine ? "all_to_all_combine" : "all_to_all_dispatch";
   TransferBytes& bytes = exchange_bytes_[index];
   const at::Tensor counts_value = values.at(c.counts);
-  const std::vector<int64_t> counts = hostLongs(counts_value);
+  const bool reads_counts = c.type == CommunicationType::ExpertCounts || !solo;
+  const std::vector<int64_t> counts = reads_counts ? hostLongs(counts_value) : std::vector<int64_t>{};
   const int64_t e = static_cast<int64_t>(counts.size()) / n;
 
   if (c.type == CommunicationType::ExpertCounts) {
@@ -101,6 +102,17 @@ void FusionExecutor::runExchange(int64_t index, const Communication& c, std::uno
     return;
   }
 
+  if (solo) {
+    // One device: every row stays, already grouped by expert (the only source). No copy, no read
+    // of the counts; ExpertCounts checked them.
+    at::Tensor x = values.at(c.input);
+    if (c.type == CommunicationType::Dispatch) {
+      bindings[c.output->fusion()->canonicalSymbol(c.output->logicalNoReductions()[0]->extent().symbol)] = x.size(0);
+    }
+    bytes = TransferBytes{};
+    pending_finish_[c.output] = [x] { return x; };
+    return;
+  }
   const std::vector<int64_t> recv_counts = hostLongs(values.at(c.recv_counts));  // [n, e], source-major
   std::vector<int64_t> per_member(n), per_source(n);
   for (int64_t j = 0; j < n; ++j) {
@@ -121,8 +133,7 @@ void FusionExecutor::runExchange(int64_t index, const Communication& c, std::uno
     if (n > 1 && e > 1) x = x.index_select(0, regroupIndex(recv_counts, n, e, /*expert_major=*/false, x.device()));
   }
   at::Tensor out = rowsLike(x, sum(recv_rows));
-  if (solo) out.copy_(x);
-  else works.push_back(comm.allToAllV(c.team, out, x, recv_rows, send_rows));
+  works.push_back(comm.allToAllV(c.team, out, x, recv_rows, send_rows));
   bytes.sent = (sum(send_rows) - send_rows[me]) * row_bytes;
   bytes.received = (sum(recv_rows) - recv_rows[me]) * row_bytes;
   if (dispatch) {

@@ -200,13 +200,21 @@ def test_views_and_in_place_ops_as_eager():
 
 
 def test_views_saved_for_backward_stay_views():
-    """The transposed weights the forward saves for the backward are ATen views, not copies."""
-    torch.manual_seed(0)
-    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16))
-    run_both(mlp, torch.randn(4, 16))
-    forward = meshfuser.dynamo.reports()[0]
-    assert forward.title == "forward" and not forward.eager
-    assert [op for _n, op, _r in forward.views] == ["t", "t"]
+    """Saving every intermediate (recompute=False), the transposed weights the forward saves for
+    the backward are ATen views, not copies; with recomputation (the default) the backward reads
+    the weights themselves and the forward saves no transposed weight."""
+    from meshfuser.dynamo.gpu_plan import copied_outputs
+    for recompute, views in ((False, ["t", "t"]), (True, [])):
+        torch._dynamo.reset()
+        meshfuser.dynamo.clear_reports()
+        torch.manual_seed(0)
+        mlp = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.GELU(), torch.nn.Linear(32, 16))
+        x = torch.randn(4, 16, requires_grad=True)
+        torch.compile(mlp, backend="meshfuser", options={"recompute": recompute})(x).sum().backward()
+        forward = meshfuser.dynamo.reports()[0]
+        assert forward.title == "forward" and not forward.eager
+        assert [op for _n, op, _r in forward.views] == views
+        assert copied_outputs(forward.programs[0]) == []
 
 
 def test_partition_report_is_readable():
@@ -261,3 +269,36 @@ def test_llama_causal_lm_loss_and_gradients():
         torch.testing.assert_close(p.grad, q.grad, atol=1e-5, rtol=1e-5, msg=name)
     on_aten = {op for _t, op, _r in _ran_on_aten(meshfuser.dynamo.reports())}
     assert on_aten == {"arange", "nll_loss_forward", "nll_loss_backward", "embedding_dense_backward"}
+
+
+def test_option_recompute_chooses_the_partitioner():
+    """options={"recompute": False}: AOTAutograd's default partitioner (the backward computes what
+    it needs from saved intermediates); the default, min-cut, saves relu's mask as bools computed in
+    the forward. Both equal eager."""
+    def f(x, w):
+        return (torch.relu(x) * 2 + 1) @ w
+
+    where = {}
+    for recompute in (True, False):
+        torch._dynamo.reset()
+        meshfuser.dynamo.clear_reports()
+        torch.manual_seed(0)
+        x, w = torch.randn(4, 8, requires_grad=True), torch.randn(8, 3, requires_grad=True)
+        xr, wr = x.detach().clone().requires_grad_(), w.detach().clone().requires_grad_()
+        out = torch.compile(f, backend="meshfuser", options={"recompute": recompute})(x, w)
+        expected = f(xr, wr)
+        torch.testing.assert_close(out, expected)
+        out.sum().backward()
+        expected.sum().backward()
+        torch.testing.assert_close(x.grad, xr.grad)
+        torch.testing.assert_close(w.grad, wr.grad)
+        where[recompute] = [r.title for r in meshfuser.dynamo.reports() if "le.Scalar" in r.partitions[0][1]]
+    assert where == {True: ["forward"], False: ["backward"]}
+
+
+def test_unknown_option_is_an_error():
+    with pytest.raises(Exception) as info:
+        torch.compile(torch.nn.Linear(4, 4), backend="meshfuser", options={"recompte": False})(torch.randn(2, 4))
+    # torch.compile wraps the backend's error (BackendCompilerFailed) and names its type.
+    assert "ArgumentError: torch.compile(backend='meshfuser', options=...): unknown option(s) ['recompte']; " \
+        "the backend takes ['recompute']" in str(info.value)

@@ -200,7 +200,8 @@ def _copy(b, x, **kwargs):
 
 @_op(aten.alias.default, aten.detach.default, view=True)
 def _alias(b, x):
-    return b.ops.set(x)
+    # The same values: inside a program nothing is mutated, so no copy (a set would be one).
+    return x
 
 
 # -- views -------------------------------------------------------------------------------------------

@@ -32,6 +32,9 @@ def use_linear(gm: fx.GraphModule):
             continue
         if node.target is aten.mm.default and _is_transpose_2d(node.args[1]):
             x, wt = node.args
+            if _is_transpose_2d(wt.args[0]):  # mm(x, t(t(w))): the transposes cancel (no view to run)
+                node.args = (x, wt.args[0].args[0])
+                continue
             args = (x, wt.args[0])
         elif node.target is aten.addmm.default and not node.kwargs and _is_transpose_2d(node.args[2]) \
                 and node.args[0].meta.get("val") is not None and node.args[0].meta["val"].dim() == 1:

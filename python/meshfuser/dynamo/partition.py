@@ -18,6 +18,7 @@ from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
 from torch.fx.passes.operator_support import OperatorSupport
 
 from .aten_ops import CHECKS, DTYPES, TABLE, VIEW_OPS
+from .edge_views import move_edge_views, reshape_views_of_programs
 from .importer import MeshfuserProgram, node_val
 
 
@@ -69,7 +70,8 @@ def why_unsupported(node):
 
 _VIEWS_ONLY = "a partition of views only (ATen views copy nothing)"
 _RETURNED_VIEW = "a view the graph only returns (ATen views copy nothing)"
-_VIEW_REASONS = (_VIEWS_ONLY, _RETURNED_VIEW)
+_EDGE_VIEW = "a view at a partition's edge (ATen views copy nothing)"
+_VIEW_REASONS = (_VIEWS_ONLY, _RETURNED_VIEW, _EDGE_VIEW)
 
 
 class _Support(OperatorSupport):
@@ -149,12 +151,14 @@ def partition(gm: fx.GraphModule, title, mesh=None):
     proposed = partitioner.propose_partitions()
     report = Report(title)
     kept = []
+    order = {n: i for i, n in enumerate(gm.graph.nodes)}
     for p in proposed:
-        nodes = list(p.nodes)
-        if all(n.target in VIEW_OPS for n in nodes):
-            for n in nodes:
+        if all(n.target in VIEW_OPS for n in p.nodes):
+            for n in p.nodes:
                 support.reasons[n.name] = _VIEWS_ONLY
             continue
+        if mesh is None:  # on DTensors an ATen view may redistribute: DTensor programs keep theirs
+            move_edge_views(p, order, support.reasons, _EDGE_VIEW)
         kept.append(p)
     fused = partitioner.fuse_partitions(kept)
     for node in fused.graph.nodes:
@@ -175,7 +179,9 @@ def partition(gm: fx.GraphModule, title, mesh=None):
         setattr(fused, node.target, program)
         report.partitions.append((name, ops))
         report.programs.append(program)
-    if mesh is not None:
+    if mesh is None:
+        reshape_views_of_programs(fused)
+    else:
         from .placements import ANNOTATE, on_dtensors, redistribute
         for node in fused.graph.nodes:
             if node.op == "call_function" and node.target is ANNOTATE:
