@@ -63,16 +63,13 @@ def main():
     same_out, same_grads = (blocks.same_dtype_reference(blocks.llama_reference, full, h, device, blocks.LLAMA_GRADS,
                                                         dy if args.backward else None)
                             if torch_dtype != torch.float32 else (None, {}))
-
-    def baseline(same, want):
-        return None if same is None else (same - want).abs().max().item()
     error = (outputs[0].float().cpu() - shard_seq(expected.detach())).abs().max().item()
     if args.print_program and rank == 0:
         print(fd.host_program())
     print(f"rank {rank}/{d} {args.form}: output {tuple(outputs[0].shape)} on {device}, communications "
           f"{blocks.communications(prof.profile)}, max |error| vs PyTorch {error:.2e}")
-    blocks.require_close(f"rank {rank} output", error, expected.detach(), torch_dtype,
-                         baseline(None if same_out is None else shard_seq(same_out), shard_seq(expected.detach())))
+    same_error = blocks.baseline_error(None if same_out is None else shard_seq(same_out), shard_seq(expected.detach()))
+    blocks.require_close(f"rank {rank} output", error, expected.detach(), torch_dtype, same_error)
 
     if args.backward:
         expected.backward(dy.float())
@@ -80,15 +77,8 @@ def main():
         with meshfuser.Profiler() as prof:
             grads = backward.execute(blocks.llama_backward_inputs(shard_seq(dy).to(device), outputs, x, local))
         split = blocks.LLAMA_SPLIT | ({"x": 1} if sp else {})
-        grad_error = 0.0
-        for n, grad in zip(blocks.LLAMA_GRADS, grads):
-            want = reference[n].grad
-            want = mesh.shard_tensor(want, split[n], rank) if n in split else want
-            error_n = (grad.float().cpu() - want).abs().max().item()
-            same = same_grads.get(n)
-            same = mesh.shard_tensor(same, split[n], rank) if same is not None and n in split else same
-            blocks.require_close(f"rank {rank} gradient of {n}", error_n, want, torch_dtype, baseline(same, want))
-            grad_error = max(grad_error, error_n)
+        grad_error = blocks.check_gradients(blocks.LLAMA_GRADS, grads, reference, same_grads, split, mesh, rank,
+                                            torch_dtype)
         if args.print_program and rank == 0:
             print(backward.host_program())
         print(f"rank {rank}/{d} {args.form} backward: {len(grads)} gradients, communications "

@@ -586,3 +586,23 @@ def same_dtype_reference(reference_fn, full, h, device, grad_names, dy=None):
     if dy is not None:
         out.backward(dy.to(device))
     return out.detach().float().cpu(), {n: p[n].grad.float().cpu() for n in grad_names if p[n].grad is not None}
+
+
+def baseline_error(same, want):
+    """max |same - want|, or None without a same-dtype reference (float32 runs)."""
+    return None if same is None else (same - want).abs().max().item()
+
+
+def check_gradients(names, grads, reference, same_grads, split, mesh, rank, torch_dtype):
+    """Checks this rank's gradient shards against float32 autograd (require_close, with PyTorch's
+    own same-dtype gradients as the baseline); returns the largest error."""
+    largest = 0.0
+    for n, grad in zip(names, grads):
+        want, same = reference[n].grad, same_grads.get(n)
+        if n in split:
+            want = mesh.shard_tensor(want, split[n], rank)
+            same = None if same is None else mesh.shard_tensor(same, split[n], rank)
+        error = (grad.float().cpu() - want).abs().max().item()
+        require_close(f"rank {rank} gradient of {n}", error, want, torch_dtype, baseline_error(same, want))
+        largest = max(largest, error)
+    return largest

@@ -3,6 +3,7 @@
 
 #include "bindings/bind.h"
 #include "ir/fusion.h"
+#include "ir/build_op.h"
 #include "ir/ops.h"
 #include "ir/printer.h"
 #include "ir/verifier.h"
@@ -138,6 +139,7 @@ void bindIr(py::module& m) {
       .def_property_readonly("device_mesh", &TensorView::mesh)
       .def("set_allocation_as_loop", &TensorView::setAllocationAsLoop,
            "Lays the tensor out in memory in its loop order (device axes have extent 1 locally)")
+      .def("_set_allocation_domain", &TensorView::setAllocationDomain, py::arg("axes"), py::arg("contiguity"))
       .def(
           "rfactor", [](TensorView& tv, const std::vector<int64_t>& axes) { return owned(tv.rfactor(axes)); },
           py::arg("axes"), "Splits this reduction in two: a partial over `axes` (returned), then the rest")
@@ -200,10 +202,12 @@ void bindIr(py::module& m) {
   ops.def("cast", keepsFusion(&castOp));
   ops.def("binary", keepsFusion(&binaryOp));
   ops.def("extent_arithmetic", keepsFusion(&extentArithmetic));
+  ops.def("scalar_op", keepsFusion(&scalarOp), py::arg("op"), py::arg("operands"));
   ops.def("where", keepsFusion(&whereOp));
   ops.def("reduction", keepsFusion(&reductionOp), py::arg("op"), py::arg("x"), py::arg("dims"),
           py::arg("dtype") = py::none());
   ops.def("broadcast_in_dim", keepsFusion(&broadcastInDim));
+  ops.def("broadcast_in_dim_vals", keepsFusion(&broadcastInDimExtents));
   ops.def("squeeze", keepsFusion(&squeeze));
   ops.def("permute", keepsFusion(&permute));
   ops.def("reshape", keepsFusion(&reshape));
@@ -270,6 +274,29 @@ void bindIr(py::module& m) {
   ops.def("index_add", keepsFusion(&indexAdd), py::arg("x"), py::arg("dim"), py::arg("index"), py::arg("src"));
   ops.def("cumsum", keepsFusion(&cumsum), py::arg("x"), py::arg("dim"), py::arg("dtype") = py::none());
   ops.def("bincount", keepsFusion(&bincount), py::arg("x"), py::arg("minlength"));
+  // Any registry op by name (fd.ops' functions for ops the registry defines alone): attributes
+  // from Python values (bool, int, float, None, DataType, list of ints) by their declared names.
+  ops.def(
+      "build",
+      [](const std::string& name, const std::vector<Val*>& operands, const py::dict& attrs) -> py::object {
+        Attributes given;
+        for (const auto& [key, value] : attrs) {
+          const std::string k = py::str(key);
+          if (py::isinstance<py::bool_>(value)) given.set(k, value.cast<bool>());
+          else if (py::isinstance<py::int_>(value)) given.set(k, value.cast<int64_t>());
+          else if (py::isinstance<py::float_>(value)) given.set(k, value.cast<double>());
+          else if (value.is_none()) given.set(k, OptionalFloat());
+          else if (py::isinstance<DataType>(value)) given.set(k, value.cast<DataType>());
+          else if (py::isinstance<py::str>(value)) given.set(k, value.cast<std::string>());
+          else given.set(k, value.cast<std::vector<int64_t>>());
+        }
+        std::vector<Val*> outs = buildOp(name, operands, given);
+        if (outs.size() == 1) return owned(outs[0]);
+        py::tuple t(outs.size());
+        for (size_t i = 0; i < outs.size(); ++i) t[i] = owned(outs[i]);
+        return t;
+      },
+      py::arg("name"), py::arg("operands"), py::arg("attrs"));
   // Expert parallelism (Python's fd.ops takes a mesh or a team size).
   ops.def(
       "all_to_all_dispatch",
@@ -287,7 +314,7 @@ void bindIr(py::module& m) {
                                    "gather", "reduction", "contraction", "attention", "routing", "exchange"};
     py::list rows;
     for (const OpInfo& info : allOps()) {
-      rows.append(py::make_tuple(info.name, kKinds[static_cast<int>(info.kind)], info.attrs != kNoAttrs));
+      rows.append(py::make_tuple(info.name, kKinds[static_cast<int>(info.kind)], !info.attributes.empty()));
     }
     return rows;
   });

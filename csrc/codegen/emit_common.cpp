@@ -216,7 +216,7 @@ std::string storeSource(const TensorView* tv) {
   // the store converts x itself: the same bits, one conversion per element.
   const Expr* e = tv->definition();
   const DataType dt = tv->dtype();
-  if (!compute_in_double && e != nullptr && e->op() == OpType::Cast && e->attrs().dtype == dt &&
+  if (!compute_in_double && e != nullptr && e->op() == OpType::Cast && e->attr<DataType>("dtype") == dt &&
       (dt == DataType::Half || dt == DataType::BFloat16) && e->input(0)->isTensor()) {
     return operandText(e->input(0));
   }
@@ -315,7 +315,7 @@ std::string emitExpr(const Expr* e, const std::string& indent, const std::string
   // The op's cheaper form where its operand's known range makes it as accurate (float compute).
   const bool nonpositive = !compute_in_double && info.cuda_nonpositive != nullptr && knownNonPositive(e->input(0));
   std::string value = fillTemplate(nonpositive ? info.cuda_nonpositive : info.cuda, in);
-  if (info.dtype_rule == DtypeRule::Attribute) value = roundTo(e->attrs().dtype, value);
+  if (info.dtype_rule == DtypeRule::Attribute) value = roundTo(e->attr<DataType>("dtype"), value);
   const TensorView* out = e->out();
   // int32 results wrap where PyTorch's do, at every op (not only at the store): an int32 sum past
   // 2^31 feeding a division or a comparison must see the wrapped value. (int64 results whose exact

@@ -154,7 +154,7 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
   std::vector<bool> flags;  // reduced, per non-1 axis of x0
   for (size_t i = 0; i < xs.size(); ++i) {
     if (xs[i] == 1) continue;
-    const auto& dims = first->attrs().dims;
+    const auto& dims = first->attr<Ints>("dims");
     bool r = std::find(dims.begin(), dims.end(), static_cast<int64_t>(i)) != dims.end();
     flags.push_back(r);
     (r ? p.reduced : p.kept).push_back(xs[i]);
@@ -196,7 +196,7 @@ bool scheduleNormalization(const Analysis& a, const CodegenOptions& o, Schedule*
       return false;
     }
     // Its reduced axes must be exactly the domain's reduced axes.
-    const auto& dims = r->attrs().dims;
+    const auto& dims = r->attr<Ints>("dims");
     for (size_t i = 0; i < m.size(); ++i) {
       if (m[i] < 0) continue;
       bool reduced = std::find(dims.begin(), dims.end(), static_cast<int64_t>(i)) != dims.end();

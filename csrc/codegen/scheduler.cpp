@@ -251,7 +251,7 @@ bool scheduleReduction(const Analysis& a, const CodegenOptions& o, Schedule* s, 
   }
   // The reduction domain: x's axes of extent != 1, each reduced or kept.
   const auto& xs = a.shape.at(x);
-  const auto& dims = red->attrs().dims;
+  const auto& dims = red->attr<Ints>("dims");
   std::vector<bool> reduced_flags;
   s->rows = 1;
   s->red = 1;

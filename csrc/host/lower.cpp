@@ -171,7 +171,10 @@ Communication lowerExchange(HostProgram& hp, Expr* e, int64_t rank) {
   // Named as the user wrote it (the counts' exchange is part of all_to_all_dispatch).
   const char* op = e->op() == OpType::AllToAllCombine ? "all_to_all_combine" : "all_to_all_dispatch";
   Communication c;
-  c.pt = static_cast<ParallelType>(e->attrs().dim);
+  const std::string& axis = e->attr<std::string>("mesh_axis");
+  for (ParallelType pt : kDeviceParallelTypes) {
+    if (axis == toString(pt)) c.pt = pt;
+  }
   c.input = static_cast<TensorView*>(e->input(0));
   c.output = e->out();
   c.counts = static_cast<TensorView*>(e->op() == OpType::AllToAllCounts ? e->input(0) : e->input(1));

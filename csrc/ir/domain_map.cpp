@@ -42,7 +42,7 @@ std::vector<int64_t> mapRightAligned(const Expr* e, size_t input_index) {
 std::vector<int64_t> mapBroadcastInDim(const Expr* e, size_t input_index) {
   Ranks r = ranksOf(e, input_index);
   std::vector<int64_t> map(r.prank);
-  for (int64_t p = 0; p < r.prank; ++p) map[p] = e->attrs().dims[p];
+  for (int64_t p = 0; p < r.prank; ++p) map[p] = e->attr<Ints>("broadcast_dims")[p];
   return map;
 }
 
@@ -52,7 +52,7 @@ std::vector<int64_t> mapSqueeze(const Expr* e, size_t input_index) {
   int64_t c = 0;
   for (int64_t p = 0; p < r.prank; ++p) {
     bool dropped = false;
-    for (int64_t d : e->attrs().dims) dropped |= d == p;
+    for (int64_t d : e->attr<Ints>("dims")) dropped |= d == p;
     map[p] = dropped ? -1 : c++;
   }
   return map;
@@ -61,7 +61,7 @@ std::vector<int64_t> mapSqueeze(const Expr* e, size_t input_index) {
 std::vector<int64_t> mapPermute(const Expr* e, size_t input_index) {
   Ranks r = ranksOf(e, input_index);
   std::vector<int64_t> map(r.prank, -1);
-  for (int64_t c = 0; c < r.crank; ++c) map[e->attrs().dims[c]] = c;
+  for (int64_t c = 0; c < r.crank; ++c) map[e->attr<Ints>("dims")[c]] = c;
   return map;
 }
 
@@ -131,7 +131,7 @@ std::vector<int64_t> mapResized(const Expr* e, size_t input_index) {
 // Pad: only axes with no width keep their data in place (widths [1, -1] keep the extent but shift).
 std::vector<int64_t> mapPad(const Expr* e, size_t input_index) {
   Ranks r = ranksOf(e, input_index);
-  const std::vector<int64_t>& widths = e->attrs().dims;
+  const Ints& widths = e->attr<Ints>("pad_widths");
   std::vector<int64_t> map(r.prank);
   for (int64_t p = 0; p < r.prank; ++p) {
     size_t from_last = static_cast<size_t>(r.prank - 1 - p);
@@ -200,7 +200,7 @@ std::vector<int64_t> mapAttention(const Expr* e, size_t input_index, size_t outp
   // Without a causal mask each query row is independent of the others: q's sequence maps onto the
   // forward's outputs (attn, logsumexp), so a query split on it stays local. A causal mask needs
   // global positions, and the backward sums over every query row for grad_k and grad_v.
-  bool rows_independent = e->op() == OpType::SdpfaFwd && !e->attrs().is_causal;
+  bool rows_independent = e->op() == OpType::SdpfaFwd && !e->attr<bool>("is_causal");
   if (rows_independent && input_index == 0 && output_index <= 1 && r.prank > lead) map[lead] = lead;
   return map;
 }
@@ -224,7 +224,7 @@ std::vector<int64_t> mapEmbedding(const Expr* e, size_t input_index) {
 std::vector<int64_t> mapAlongDimOutputs(const Expr* e, size_t input_index, size_t output_index) {
   Ranks r = ranksOf(e, input_index, output_index);
   std::vector<int64_t> map(r.prank);
-  for (int64_t p = 0; p < r.prank; ++p) map[p] = p == e->attrs().dim ? -1 : p;
+  for (int64_t p = 0; p < r.prank; ++p) map[p] = p == e->attr<int64_t>("dim") ? -1 : p;
   return map;
 }
 
@@ -232,7 +232,7 @@ std::vector<int64_t> mapAlongDim(const Expr* e, size_t input_index) { return map
 
 std::vector<int64_t> mapIndexSelect(const Expr* e, size_t input_index) {
   if (input_index == 0) return mapAlongDim(e, 0);
-  return {e->attrs().dim};
+  return {e->attr<int64_t>("dim")};
 }
 
 namespace {
@@ -244,7 +244,7 @@ std::vector<int64_t> mapSameExtents(const Expr* e, size_t input_index) {
   std::vector<int64_t> map(r.prank, -1);
   if (r.prank != r.crank) return map;
   for (int64_t p = 0; p < r.prank; ++p) {
-    if (p != e->attrs().dim && factorsOf(f, r.p_ids[p]->extent()) == factorsOf(f, (*r.c_ids)[p]->extent())) map[p] = p;
+    if (p != e->attr<int64_t>("dim") && factorsOf(f, r.p_ids[p]->extent()) == factorsOf(f, (*r.c_ids)[p]->extent())) map[p] = p;
   }
   return map;
 }

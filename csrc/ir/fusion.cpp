@@ -5,6 +5,7 @@
 #include <functional>
 #include <unordered_set>
 
+#include "ir/op_checks.h"
 #include "support/error.h"
 
 namespace mf {
@@ -77,12 +78,16 @@ Scalar* Fusion::newScalar(DataType dtype, std::optional<double> value, std::stri
   return static_cast<Scalar*>(vals_.back().get());
 }
 
-Expr* Fusion::newExpr(OpType op, std::vector<Val*> inputs, std::vector<Val*> outputs, ExprAttrs attrs) {
+Expr* Fusion::newExpr(OpType op, std::vector<Val*> inputs, std::vector<Val*> outputs, const Attributes& attrs) {
   for (const Val* in : inputs) {
     MF_USER_ARG_CHECK(in->fusion() == this, toString(op), ": operand ", in->toString(),
                       " belongs to another fusion definition; an op takes values of the definition it is built in");
   }
-  exprs_.push_back(std::make_unique<Expr>(static_cast<int64_t>(exprs_.size()), op, inputs, outputs, std::move(attrs)));
+  const OpInfo& info = opInfo(op);
+  auto candidate = std::make_unique<Expr>(static_cast<int64_t>(exprs_.size()), op, inputs, outputs,
+                                          completeAttributes(info.name, info.attributes, attrs));
+  checkExpr(candidate.get());  // before wiring: a refused expr leaves no trace
+  exprs_.push_back(std::move(candidate));
   Expr* e = exprs_.back().get();
   bump();
   for (Val* in : inputs) in->addUse(e);
@@ -225,7 +230,13 @@ std::unique_ptr<Fusion> Fusion::clone(std::unordered_map<const Val*, Val*>* out_
       c = std::move(ctv);
     } else {
       auto* s = static_cast<const Scalar*>(v.get());
-      c = std::make_unique<Scalar>(s->name(), s->dtype(), s->value(), s->extent());
+      auto cs = std::make_unique<Scalar>(s->name(), s->dtype(), s->value(), s->extent());
+      if (s->computation()) {  // its operands were made before it, so they are mapped already
+        Scalar::Computation comp = *s->computation();
+        for (Val*& operand : comp.operands) operand = val_map.at(operand);
+        cs->setComputation(comp);
+      }
+      c = std::move(cs);
     }
     c->setFusion(f.get());
     val_map[v.get()] = c.get();
@@ -242,7 +253,7 @@ std::unique_ptr<Fusion> Fusion::clone(std::unordered_map<const Val*, Val*>* out_
     // Unlinked exprs are copied too (cheap) but only live ones are wired.
     bool live = !e->outputs().empty() && e->outputs()[0]->definition() == e.get();
     if (!live) continue;
-    f->newExpr(e->op(), map_vals(e->inputs()), map_vals(e->outputs()), e->attrs());
+    f->newExpr(e->op(), map_vals(e->inputs()), map_vals(e->outputs()), e->attributes());
   }
   f->inputs_ = map_vals(inputs_);
   f->outputs_ = map_vals(outputs_);

@@ -25,7 +25,9 @@ class Fusion {
   TensorView* newTensor(DataType dtype, std::vector<IterDomain*> logical);
   // `extent`: the scalar stands for this symbolic extent (fd.ops.size).
   Scalar* newScalar(DataType dtype, std::optional<double> value, std::string extent = "");
-  Expr* newExpr(OpType op, std::vector<Val*> inputs, std::vector<Val*> outputs, ExprAttrs attrs = {});
+  // Completes `attrs` from the op's declaration (defaults; unknown, missing or invalid ones are
+  // user errors) and runs the op's check (ir/op_checks.h); on failure nothing is wired.
+  Expr* newExpr(OpType op, std::vector<Val*> inputs, std::vector<Val*> outputs, const Attributes& attrs = {});
   Extent newSymbol();  // a fresh symbolic extent s0, s1, ...
   // For the IR parser: nodes with the names printed text gives them (later fresh names follow).
   IterDomain* newIterDomainNamed(int64_t name, Extent extent, IterType type);

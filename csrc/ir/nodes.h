@@ -3,7 +3,7 @@
 //   IterDomain   one axis: extent (constant or symbolic), IterType, ParallelType.
 //   IdTransform  Split or Merge between IterDomains (how loop is derived from logical).
 //   Val          a value: TensorView or Scalar.
-//   Expr         an op over Vals (OpType + attributes).
+//   Expr         an op over Vals (OpType + typed attributes, declared in its registry entry).
 #pragma once
 
 #include <cstdint>
@@ -118,8 +118,16 @@ class Val {
 // the runtime takes from the extents the inputs bound.
 class Scalar : public Val {
  public:
+  // A scalar computed from other scalars by an op (fd.ops.reciprocal(s), fd.ops.mul(s1, s2)): the
+  // runtime evaluates it from its operands' values (the op's `on_scalars` in the registry).
+  struct Computation {
+    OpType op;
+    std::vector<Val*> operands;
+  };
   Scalar(int64_t name, DataType dtype, std::optional<double> value, std::string extent = "")
       : Val(ValKind::Scalar, name, dtype), value_(value), extent_(std::move(extent)) {}
+  const std::optional<Computation>& computation() const { return computation_; }
+  void setComputation(Computation c) { computation_ = std::move(c); }
   const std::optional<double>& value() const { return value_; }
   // The symbolic extent this scalar stands for ("s0", "s0+4"), or empty.
   const std::string& extent() const { return extent_; }
@@ -129,6 +137,7 @@ class Scalar : public Val {
  private:
   std::optional<double> value_;
   std::string extent_;
+  std::optional<Computation> computation_;
 };
 
 class TensorView : public Val {
@@ -161,6 +170,12 @@ class TensorView : public Val {
   void swizzle1d(int64_t axis, ParallelType pt);
   void setDeviceMesh(const DeviceMesh& mesh);
   void setAllocationAsLoop();
+  // nvFuser's set_allocation_domain: the memory order of the loop axes (`axes`, a permutation of
+  // them, outermost first) and whether each is contiguous (one entry, or one per axis). Axes on a
+  // mesh hold one piece per device and may go anywhere; the others must keep each logical axis's
+  // pieces together, outer first, so that the order is a stride order of the local tensor, which
+  // the runtime honours (outputs come back in it); any other order is a user error.
+  void setAllocationDomain(const std::vector<int64_t>& axes, const std::vector<bool>& contiguity);
   // Splits this reduction into partial = op(inputs) reducing `axes` and this = sum(partial) over the
   // rest (docs/design.md section 4). Returns partial.
   TensorView* rfactor(std::vector<int64_t> axes);
@@ -194,35 +209,9 @@ class TensorView : public Val {
   std::string user_name_;
 };
 
-// Attributes of an op. Which fields mean what depends on the OpType:
-//   Cast: dtype. Sum/Max/Min: dims (reduced logical axes of the input). Permute: dims.
-//   Squeeze: dims. BroadcastInDim: dims (output axis of each input axis), shape (output shape).
-//   Reshape: shape (the new global shape; -1 where the output axis is symbolic).
-//   Slice: dims (the step of each axis); the bounds are scalar operands (x, start0, end0, ...).
-//   Pad: dims (pad widths, last axis first, as torch.nn.functional.pad); the fill value is operand 1.
-//   Cat: dims ([the concatenated axis]). StrideOrder: none (the output's stride order says it).
-//   SdpfaFwd/SdpfaBwd: dropout_p, is_causal, scale (none: 1/sqrt(head_dim), as PyTorch).
-//   Uniform: shape (global), dtype. EmbeddingFwd: dims (padding_idx: empty, or the one index).
-//   Topk: count (k), dim, descending (largest), stable (sorted). Sort/Argsort: dim, descending,
-//   stable. IndexSelect/GatherAlong/Scatter/IndexAdd: dim. ScatterReduce: dim,
-//   count (a ScatterReduction), stable (include_self). Cumsum: dim, dtype. Bincount: count
-//   (minlength).
-struct ExprAttrs {
-  std::vector<int64_t> dims;
-  std::vector<int64_t> shape;
-  DataType dtype = DataType::Float;
-  double dropout_p = 0.0;
-  bool is_causal = false;
-  std::optional<double> scale;
-  int64_t dim = 0;
-  int64_t count = 0;
-  bool descending = false;
-  bool stable = false;
-};
-
 class Expr {
  public:
-  Expr(int64_t name, OpType op, std::vector<Val*> inputs, std::vector<Val*> outputs, ExprAttrs attrs)
+  Expr(int64_t name, OpType op, std::vector<Val*> inputs, std::vector<Val*> outputs, Attributes attrs)
       : name_(name), op_(op), inputs_(std::move(inputs)), outputs_(std::move(outputs)), attrs_(std::move(attrs)) {}
   int64_t name() const { return name_; }
   OpType op() const { return op_; }
@@ -232,8 +221,12 @@ class Expr {
   Val* output(size_t i) const { return outputs_.at(i); }
   TensorView* out() const;  // the single TensorView output
   TensorView* outTensor(size_t i) const;  // output i, which must be a TensorView
-  const ExprAttrs& attrs() const { return attrs_; }
-  ExprAttrs& mutableAttrs() { return attrs_; }
+  // The op's attributes as its registry entry declares them (ir/attributes.h), complete.
+  const Attributes& attributes() const { return attrs_; }
+  template <typename T>
+  const T& attr(const std::string& name) const {
+    return attrs_.get<T>(name);
+  }
   void replaceInput(size_t i, Val* v) { inputs_.at(i) = v; }
   std::string toString() const;
 
@@ -242,7 +235,7 @@ class Expr {
   OpType op_;
   std::vector<Val*> inputs_;
   std::vector<Val*> outputs_;
-  ExprAttrs attrs_;
+  Attributes attrs_;
 };
 
 }  // namespace mf

@@ -2,7 +2,9 @@
 //
 // Passes, the evaluator, codegen, the printer/parser and the bindings ask the registry; none of
 // them switches on OpType. Adding an elementwise op is one enum value here plus one entry in
-// op_registry.cpp (name, kind, dtype rule, ATen name, CUDA expression), and tests.
+// op_registry.cpp (name, kind, dtype rule, ATen name, CUDA expression), and tests. An op with
+// attributes declares them in its entry (AttrDef) with a check (ir/op_checks.cpp); see
+// docs/adding_an_op.md.
 //
 // The model is a per-op factor rule: each input axis maps to an output axis (kept, broadcast,
 // reduced, contracted, reshaped); a device split on a kept axis passes through; one on a reduced or
@@ -14,12 +16,14 @@
 #include <string>
 #include <vector>
 
+#include "ir/attributes.h"
 #include "ir/resize_map.h"
 #include "ir/types.h"
 
 namespace mf {
 
 class Expr;
+class Val;
 
 enum class OpType {
   // unary
@@ -78,27 +82,6 @@ enum class DtypeRule {
   SecondInput,      // dtype of the second operand (embedding_fwd: the weight's)
 };
 
-// Which attributes an op carries (printed and parsed in this order).
-enum AttrMask : unsigned {
-  kNoAttrs = 0,
-  kAttrDtype = 1u << 0,           // ", dtype=float"
-  kAttrShape = 1u << 1,           // ", shape=[..]"
-  kAttrDims = 1u << 2,            // ", dims=[..]"
-  kAttrBroadcastDims = 1u << 3,   // ", broadcast_dims=[..]" (stored in dims)
-  kAttrAttention = 1u << 4,       // ", dropout_p=0, is_causal=true, scale=none"
-  kAttrStrides = 1u << 5,         // ", strides=[..]" (slice; stored in dims)
-  kAttrPadWidths = 1u << 6,       // ", pad_widths=[..]" (pad; stored in dims)
-  kAttrPaddingIdx = 1u << 7,      // ", padding_idx=[..]" (stored in dims: empty or one index)
-  kAttrK = 1u << 8,               // ", k=2" (topk; stored in count)
-  kAttrDim = 1u << 9,             // ", dim=1" (the axis a routing op works along)
-  kAttrLargest = 1u << 10,        // ", largest=true, sorted=true" (topk; stored in descending, stable)
-  kAttrDescending = 1u << 11,     // ", descending=false, stable=false" (sort, argsort)
-  kAttrMinlength = 1u << 12,      // ", minlength=8" (bincount; stored in count)
-  kAttrMeshAxis = 1u << 14,       // ", mesh_axis=DIDx" (the exchanges; stored in dim)
-  kAttrReduce = 1u << 13,         // ", reduce=sum, include_self=true" (scatter_reduce; stored in count as a
-                                  // ScatterReduction, and stable)
-};
-
 // How the ATen evaluator calls the op (the op itself is found by `aten` name through the
 // dispatcher, so no per-op C++ is needed for plain operand-only ops).
 enum class AtenArgs {
@@ -137,6 +120,13 @@ enum class AtenArgs {
 using AxisMapFn = std::vector<int64_t> (*)(const Expr* e, size_t input_index);
 // The same for an op of several outputs: indices into output `output_index`'s rootOrLogical().
 using OutputAxisMapFn = std::vector<int64_t> (*)(const Expr* e, size_t input_index, size_t output_index);
+using OpCheckFn = void (*)(const Expr* e);
+// The op's builder in generic form (ir/build_op.h): operands in the printed IR's order, attributes
+// by name as a user gives them; returns the outputs.
+using BuildFn = std::vector<Val*> (*)(OpType op, const std::vector<Val*>& operands, const Attributes& attrs);
+// The op on scalar values (unary ops ignore b), computed in double: what a scalar of
+// fd.ops.mul(s1, s2) or fd.ops.reciprocal(s) evaluates to when the program runs.
+using ScalarFn = double (*)(double a, double b);
 
 struct OpInfo {
   OpType op;
@@ -145,7 +135,17 @@ struct OpInfo {
   int min_inputs;
   int max_inputs;
   DtypeRule dtype_rule;
-  unsigned attrs;  // AttrMask bits
+  // Typed attributes (ir/attributes.h): printed and parsed as `name=value` in this order,
+  // completed with their defaults and validated by Fusion::newExpr.
+  std::vector<AttrDef> attributes;
+  // What the op requires of its operands, outputs and attributes together (ranks, axes in range),
+  // as user errors; null: nothing beyond the attribute declarations. Fusion::newExpr runs it (so
+  // every builder does) and the verifier runs it again after parsing and after every pass.
+  OpCheckFn check = nullptr;
+  // How a user builds it (fd.op in the C++ API; the registry walk in the tests).
+  BuildFn build = nullptr;
+  // On scalars (a scalar result usable as an operand); null: the op takes tensors only.
+  ScalarFn on_scalars = nullptr;
   AxisMapFn axis_map;  // ops of one output
   // Ops of several outputs (axis_map is then null); mapProducerToConsumer picks the right one.
   OutputAxisMapFn output_axis_map;
@@ -221,7 +221,7 @@ struct OpInfo {
   const char* cuda_combine;
 };
 
-// scatter_reduce's reductions (PyTorch's names), stored in the count attribute.
+// scatter_reduce's reductions (PyTorch's names), its `reduce` attribute.
 enum class ScatterReduction : int64_t { Sum, Prod, Mean, Amax, Amin };
 const char* toString(ScatterReduction r);
 // The reduction named `name`, or false.

@@ -80,9 +80,7 @@ TensorView* castOp(TensorView* x, DataType dtype) {
   std::vector<IterDomain*> ids;
   for (IterDomain* id : x->logicalNoReductions()) ids.push_back(freshLike(f, id, id->iterType()));
   TensorView* out = newOutput(f, dtype, ids);
-  ExprAttrs attrs;
-  attrs.dtype = dtype;
-  f.newExpr(OpType::Cast, {x}, {out}, attrs);
+  f.newExpr(OpType::Cast, {x}, {out}, {{"dtype", dtype}});
   return out;
 }
 
@@ -237,10 +235,7 @@ TensorView* reductionOp(OpType op, TensorView* x, std::vector<int64_t> dims, std
     ids.push_back(freshLike(f, in_ids[a], reduced.count(a) ? IterType::Reduction : in_ids[a]->iterType()));
   }
   TensorView* out = newOutput(f, dt, ids);
-  ExprAttrs attrs;
-  attrs.dims.assign(reduced.begin(), reduced.end());
-  attrs.dtype = dt;
-  f.newExpr(op, {x}, {out}, attrs);
+  f.newExpr(op, {x}, {out}, {{"dims", Ints(reduced.begin(), reduced.end())}});
   return out;
 }
 
@@ -275,10 +270,7 @@ TensorView* broadcastInDim(TensorView* x, const std::vector<int64_t>& shape, con
     ids[o] = f.newIterDomain(Extent{shape[o], ""}, IterType::Broadcast);
   }
   TensorView* out = newOutput(f, x->dtype(), ids);
-  ExprAttrs attrs;
-  attrs.dims = bdims;
-  attrs.shape = shape;
-  f.newExpr(OpType::BroadcastInDim, {x}, {out}, attrs);
+  f.newExpr(OpType::BroadcastInDim, {x}, {out}, {{"shape", shape}, {"broadcast_dims", bdims}});
   return out;
 }
 
@@ -299,9 +291,7 @@ TensorView* squeeze(TensorView* x, std::vector<int64_t> dims) {
     if (!drop.count(a)) ids.push_back(freshLike(f, in_ids[a], in_ids[a]->iterType()));
   }
   TensorView* out = newOutput(f, x->dtype(), ids);
-  ExprAttrs attrs;
-  attrs.dims.assign(drop.begin(), drop.end());
-  f.newExpr(OpType::Squeeze, {x}, {out}, attrs);
+  f.newExpr(OpType::Squeeze, {x}, {out}, {{"dims", Ints(drop.begin(), drop.end())}});
   return out;
 }
 
@@ -321,9 +311,7 @@ TensorView* permute(TensorView* x, const std::vector<int64_t>& dims) {
   std::vector<IterDomain*> ids;
   for (int64_t a : norm) ids.push_back(freshLike(f, in_ids[a], in_ids[a]->iterType()));
   TensorView* out = newOutput(f, x->dtype(), ids);
-  ExprAttrs attrs;
-  attrs.dims = norm;
-  f.newExpr(OpType::Permute, {x}, {out}, attrs);
+  f.newExpr(OpType::Permute, {x}, {out}, {{"dims", norm}});
   return out;
 }
 
@@ -443,10 +431,7 @@ TensorView* uniform(Val* low, Val* high, const std::vector<int64_t>& shape, Data
     ids.push_back(f.newIterDomain(Extent{shape[i], ""}, shape[i] == 1 ? IterType::Broadcast : IterType::Iteration));
   }
   TensorView* out = newOutput(f, dtype, ids);
-  ExprAttrs attrs;
-  attrs.shape = shape;
-  attrs.dtype = dtype;
-  f.newExpr(OpType::Uniform, {low, high, seed, offset}, {out}, attrs);
+  f.newExpr(OpType::Uniform, {low, high, seed, offset}, {out}, {{"dtype", dtype}, {"shape", shape}});
   return out;
 }
 
@@ -461,17 +446,17 @@ TensorView* embeddingFwd(TensorView* indices, TensorView* weight, std::optional<
   std::vector<IterDomain*> ids;
   for (IterDomain* id : indices->logicalNoReductions()) ids.push_back(freshLike(f, id, id->iterType()));
   ids.push_back(freshLike(f, wi[1], wi[1]->iterType()));
-  ExprAttrs attrs;
+  Ints padding;
   if (padding_idx) {
     const Extent& vocab = wi[0]->extent();
     int64_t p = *padding_idx;
     MF_USER_ARG_CHECK(!vocab.isConst() || (p >= -vocab.value && p < vocab.value), "embedding_fwd: padding_idx ", p,
                       " is out of range for a weight of ", vocab.value, " embeddings; expected [", -vocab.value, ", ",
                       vocab.value, ")");
-    attrs.dims = {p < 0 && vocab.isConst() ? p + vocab.value : p};  // as torch.nn.functional.embedding
+    padding = {p < 0 && vocab.isConst() ? p + vocab.value : p};  // as torch.nn.functional.embedding
   }
   TensorView* out = newOutput(f, weight->dtype(), ids);
-  f.newExpr(OpType::EmbeddingFwd, {indices, weight}, {out}, attrs);
+  f.newExpr(OpType::EmbeddingFwd, {indices, weight}, {out}, {{"padding_idx", padding}});
   return out;
 }
 

@@ -26,6 +26,17 @@ Scalar* extentArithmetic(OpType op, Val* a, Val* b);
 TensorView* whereOp(Val* cond, Val* a, Val* b);
 TensorView* reductionOp(OpType op, TensorView* x, std::vector<int64_t> dims, std::optional<DataType> dtype = std::nullopt);
 TensorView* broadcastInDim(TensorView* x, const std::vector<int64_t>& shape, const std::vector<int64_t>& broadcast_dims);
+// broadcast_in_dim to extents given as Vals (ops_shape.cpp): ints (-1 keeps the input's extent),
+// integer scalar inputs or tensors' extents (fd.ops.size, fd.ops.shape), known when the program runs.
+TensorView* broadcastInDimExtents(TensorView* x, const std::vector<Val*>& shape,
+                                  const std::vector<int64_t>& broadcast_dims);
+// An op on scalar values (ops_scalar.cpp): fd.ops.reciprocal(s), fd.ops.mul(s1, s2). Constants fold;
+// integer add/sub/mul of extents stay extents (extentArithmetic, usable as shapes and bounds);
+// anything else is a scalar the runtime computes from its operands' values (the op's `on_scalars`).
+// The dtype follows the op's dtype rule (a float result of integers is double, as Python's).
+Scalar* scalarOp(OpType op, const std::vector<Val*>& operands);
+// What a computed scalar's op gives for its operands' values (the runtime's evaluation).
+double evaluateScalarOp(OpType op, const std::vector<double>& operands, DataType dtype);
 TensorView* squeeze(TensorView* x, std::vector<int64_t> dims);
 TensorView* permute(TensorView* x, const std::vector<int64_t>& dims);
 TensorView* matmul(TensorView* a, TensorView* b);

@@ -80,11 +80,12 @@ void checkOptions(const char* op, const AttentionOptions& o) {
                     "; expected a finite number or None");
 }
 
-ExprAttrs attrsOf(const AttentionOptions& o) {
-  ExprAttrs attrs;
-  attrs.dropout_p = o.dropout_p.value_or(0.0);
-  attrs.is_causal = o.is_causal.value_or(false);
-  attrs.scale = o.scale;
+// Unset options are left to the declaration's defaults.
+Attributes attrsOf(const AttentionOptions& o) {
+  Attributes attrs;
+  if (o.dropout_p) attrs.set("dropout_p", *o.dropout_p);
+  if (o.is_causal) attrs.set("is_causal", *o.is_causal);
+  if (o.scale) attrs.set("scale", o.scale);
   return attrs;
 }
 

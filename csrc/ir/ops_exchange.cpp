@@ -34,13 +34,10 @@ void requireRows(const char* op, const char* what, const TensorView* tv) {
                     " is 0-D; expected rows (axis 0) to exchange");
 }
 
-ExprAttrs meshAxisAttrs(const char* op, ParallelType mesh_axis) {
+Attributes meshAxisAttrs(const char* op, ParallelType mesh_axis) {
   MF_USER_ARG_CHECK(isDeviceParallel(mesh_axis), op, ": mesh_axis must be a mesh axis (mesh_x, mesh_y, mesh_z); got ",
                     toString(mesh_axis));
-  ExprAttrs attrs;
-  attrs.dim = static_cast<int64_t>(mesh_axis);
-  attrs.dtype = DataType::Int;
-  return attrs;
+  return {{"mesh_axis", std::string(toString(mesh_axis))}};
 }
 
 Fusion& fusionOf(const char* op, const std::vector<TensorView*>& tvs) {
@@ -67,7 +64,7 @@ std::pair<TensorView*, TensorView*> allToAllDispatch(TensorView* tokens, TensorV
                                                      int64_t team_size) {
   const char* op = "all_to_all_dispatch";
   Fusion& f = fusionOf(op, {tokens, counts});
-  ExprAttrs attrs = meshAxisAttrs(op, mesh_axis);
+  Attributes attrs = meshAxisAttrs(op, mesh_axis);
   requireRows(op, "tokens", tokens);
   requireIntegerCounts(op, "counts", counts);
   MF_USER_ARG_CHECK(axesOf(counts).size() == 1, op, ": counts ", counts->label(), " must be 1-D (rows per expert)");
@@ -123,7 +120,7 @@ TensorView* allToAllCombine(TensorView* expert_out, TensorView* counts, TensorVi
     ids.push_back(f.newIterDomain(id->extent(), id->iterType()));
   }
   TensorView* out = f.newTensor(expert_out->dtype(), ids);
-  f.newExpr(OpType::AllToAllCombine, {expert_out, counts, recv_counts}, {out}, exchange->attrs());
+  f.newExpr(OpType::AllToAllCombine, {expert_out, counts, recv_counts}, {out}, exchange->attributes());
   return out;
 }
 

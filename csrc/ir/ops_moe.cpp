@@ -140,28 +140,19 @@ std::pair<TensorView*, TensorView*> topk(TensorView* x, int64_t k, int64_t dim, 
   indices[d] = axisOfExtent(f, k);
   TensorView* v = f.newTensor(x->dtype(), values);
   TensorView* i = f.newTensor(DataType::Int, indices);
-  ExprAttrs attrs;
-  attrs.count = k;
-  attrs.dim = d;
-  attrs.descending = largest;
-  attrs.stable = sorted;
-  f.newExpr(OpType::Topk, {x}, {v, i}, attrs);
+  f.newExpr(OpType::Topk, {x}, {v, i}, {{"k", k}, {"dim", d}, {"largest", largest}, {"sorted", sorted}});
   return {v, i};
 }
 
 namespace {
-ExprAttrs sortAttrs(const char* op, const TensorView* x, int64_t dim, bool descending, bool stable) {
+Attributes sortAttrs(const char* op, const TensorView* x, int64_t dim, bool descending, bool stable) {
   MF_USER_ARG_CHECK(x->dtype() != DataType::Bool, op, ": ", x->label(), " is bool; ", op, " needs numbers");
-  ExprAttrs attrs;
-  attrs.dim = normalizedDim(op, x, dim);
-  attrs.descending = descending;
-  attrs.stable = stable;
-  return attrs;
+  return {{"dim", normalizedDim(op, x, dim)}, {"descending", descending}, {"stable", stable}};
 }
 }  // namespace
 
 std::pair<TensorView*, TensorView*> sort(TensorView* x, int64_t dim, bool descending, bool stable) {
-  ExprAttrs attrs = sortAttrs("sort", x, dim, descending, stable);
+  Attributes attrs = sortAttrs("sort", x, dim, descending, stable);
   Fusion& f = *x->fusion();
   TensorView* v = f.newTensor(x->dtype(), copiesOf(f, x));
   TensorView* i = f.newTensor(DataType::Int, copiesOf(f, x));
@@ -170,7 +161,7 @@ std::pair<TensorView*, TensorView*> sort(TensorView* x, int64_t dim, bool descen
 }
 
 TensorView* argsort(TensorView* x, int64_t dim, bool descending, bool stable) {
-  ExprAttrs attrs = sortAttrs("argsort", x, dim, descending, stable);
+  Attributes attrs = sortAttrs("argsort", x, dim, descending, stable);
   Fusion& f = *x->fusion();
   TensorView* i = f.newTensor(DataType::Int, copiesOf(f, x));
   f.newExpr(OpType::Argsort, {x}, {i}, attrs);
@@ -180,45 +171,44 @@ TensorView* argsort(TensorView* x, int64_t dim, bool descending, bool stable) {
 TensorView* indexSelect(TensorView* x, int64_t dim, TensorView* index) {
   const char* op = "index_select";
   Fusion& f = fusionOf(op, {x, index});
-  ExprAttrs attrs;
-  attrs.dim = normalizedDim(op, x, dim);
+  const int64_t axis = normalizedDim(op, x, dim);
   requireIndexDtype(op, "index", index);
   requireRank(op, "index", index, 1);
   std::vector<IterDomain*> ids = copiesOf(f, x);
-  ids[attrs.dim] = copyOf(f, axesOf(index)[0]);
+  ids[axis] = copyOf(f, axesOf(index)[0]);
   TensorView* out = f.newTensor(x->dtype(), ids);
-  f.newExpr(OpType::IndexSelect, {x, index}, {out}, attrs);
+  f.newExpr(OpType::IndexSelect, {x, index}, {out}, {{"dim", axis}});
   return out;
 }
 
 TensorView* gather(TensorView* x, int64_t dim, TensorView* index, bool exact_extents) {
   const char* op = exact_extents ? "take_along_axis" : "gather";
   Fusion& f = fusionOf(op, {x, index});
-  ExprAttrs attrs;
-  attrs.dim = normalizedDim(op, x, dim);
+  const int64_t axis = normalizedDim(op, x, dim);
   requireIndexDtype(op, "index", index);
   requireRank(op, "index", index, rankOf(x));
   for (int64_t a = 0; a < rankOf(x); ++a) {
-    if (a != attrs.dim) requireExtent(f, op, "index", index, a, "input", x, a, exact_extents);
+    if (a != axis) requireExtent(f, op, "index", index, a, "input", x, a, exact_extents);
   }
   TensorView* out = f.newTensor(x->dtype(), copiesOf(f, index));
-  f.newExpr(OpType::GatherAlong, {x, index}, {out}, attrs);
+  f.newExpr(OpType::GatherAlong, {x, index}, {out}, {{"dim", axis}});
   return out;
 }
 
 namespace {
 // scatter and scatter_reduce: index of x's rank, at most src's extents, and at most x's off `dim`.
 TensorView* scatterLike(const char* op, OpType type, TensorView* x, int64_t dim, TensorView* index, TensorView* src,
-                        ExprAttrs attrs) {
+                        Attributes attrs) {
   Fusion& f = fusionOf(op, {x, index, src});
-  attrs.dim = normalizedDim(op, x, dim);
+  const int64_t axis = normalizedDim(op, x, dim);
+  attrs.set("dim", axis);
   requireIndexDtype(op, "index", index);
   requireRank(op, "index", index, rankOf(x));
   requireRank(op, "src", src, rankOf(x));
   requireSrcDtype(op, src, x);
   for (int64_t a = 0; a < rankOf(x); ++a) {
     requireExtent(f, op, "index", index, a, "src", src, a, /*exact=*/false);
-    if (a != attrs.dim) requireExtent(f, op, "index", index, a, "input", x, a, /*exact=*/false);
+    if (a != axis) requireExtent(f, op, "index", index, a, "input", x, a, /*exact=*/false);
   }
   TensorView* out = f.newTensor(x->dtype(), copiesOf(f, x));
   f.newExpr(type, {x, index, src}, {out}, attrs);
@@ -227,7 +217,7 @@ TensorView* scatterLike(const char* op, OpType type, TensorView* x, int64_t dim,
 }  // namespace
 
 TensorView* scatter(TensorView* x, int64_t dim, TensorView* index, TensorView* src) {
-  return scatterLike("scatter", OpType::Scatter, x, dim, index, src, ExprAttrs{});
+  return scatterLike("scatter", OpType::Scatter, x, dim, index, src, Attributes{});
 }
 
 TensorView* scatterReduce(TensorView* x, int64_t dim, TensorView* index, TensorView* src, const std::string& reduce,
@@ -237,39 +227,35 @@ TensorView* scatterReduce(TensorView* x, int64_t dim, TensorView* index, TensorV
   MF_USER_ARG_CHECK(parseScatterReduction(reduce, r), op, ": reduce is '", reduce,
                     "'; expected one of sum, prod, mean, amax, amin (PyTorch's names)");
   MF_USER_ARG_CHECK(x->dtype() != DataType::Bool, op, ": ", x->label(), " is bool; scatter_reduce needs numbers");
-  ExprAttrs attrs;
-  attrs.count = static_cast<int64_t>(r);
-  attrs.stable = include_self;
-  return scatterLike(op, OpType::ScatterReduce, x, dim, index, src, attrs);
+  return scatterLike(op, OpType::ScatterReduce, x, dim, index, src,
+                     {{"reduce", std::string(toString(r))}, {"include_self", include_self}});
 }
 
 TensorView* indexAdd(TensorView* x, int64_t dim, TensorView* index, TensorView* src) {
   const char* op = "index_add";
   Fusion& f = fusionOf(op, {x, index, src});
-  ExprAttrs attrs;
-  attrs.dim = normalizedDim(op, x, dim);
+  const int64_t axis = normalizedDim(op, x, dim);
   requireIndexDtype(op, "index", index);
   requireRank(op, "index", index, 1);
   requireRank(op, "src", src, rankOf(x));
   requireSrcDtype(op, src, x);
   for (int64_t a = 0; a < rankOf(x); ++a) {
-    if (a == attrs.dim) requireExtent(f, op, "src", src, a, "index", index, 0, /*exact=*/true);
+    if (a == axis) requireExtent(f, op, "src", src, a, "index", index, 0, /*exact=*/true);
     else requireExtent(f, op, "src", src, a, "input", x, a, /*exact=*/true);
   }
   TensorView* out = f.newTensor(x->dtype(), copiesOf(f, x));
-  f.newExpr(OpType::IndexAdd, {x, index, src}, {out}, attrs);
+  f.newExpr(OpType::IndexAdd, {x, index, src}, {out}, {{"dim", axis}});
   return out;
 }
 
 TensorView* cumsum(TensorView* x, int64_t dim, std::optional<DataType> dtype) {
   const char* op = "cumsum";
   Fusion& f = *x->fusion();
-  ExprAttrs attrs;
-  attrs.dim = normalizedDim(op, x, dim);
+  const int64_t axis = normalizedDim(op, x, dim);
   // As torch.cumsum: integers and bool accumulate in int64 unless a dtype is given.
-  attrs.dtype = dtype.value_or(isFloatingPoint(x->dtype()) ? x->dtype() : DataType::Int);
-  TensorView* out = f.newTensor(attrs.dtype, copiesOf(f, x));
-  f.newExpr(OpType::Cumsum, {x}, {out}, attrs);
+  const DataType out_dtype = dtype.value_or(isFloatingPoint(x->dtype()) ? x->dtype() : DataType::Int);
+  TensorView* out = f.newTensor(out_dtype, copiesOf(f, x));
+  f.newExpr(OpType::Cumsum, {x}, {out}, {{"dtype", out_dtype}, {"dim", axis}});
   return out;
 }
 
@@ -280,10 +266,8 @@ TensorView* bincount(TensorView* x, int64_t minlength) {
   requireRank(op, "input", x, 1);
   MF_USER_ARG_CHECK(minlength >= 1, op, ": minlength is ", minlength,
                     "; expected >= 1 (the output has exactly minlength bins, e.g. the number of experts)");
-  ExprAttrs attrs;
-  attrs.count = minlength;
   TensorView* out = f.newTensor(DataType::Int, {axisOfExtent(f, minlength)});
-  f.newExpr(OpType::Bincount, {x}, {out}, attrs);
+  f.newExpr(OpType::Bincount, {x}, {out}, {{"minlength", minlength}});
   return out;
 }
 

@@ -1,4 +1,5 @@
-// Builders of ops that query or change shapes: size/shape, reshape, slice, pad, cat, stride_order.
+// Builders of ops that query or change shapes: size/shape, reshape, slice, pad, cat, stride_order,
+// broadcast_in_dim to runtime extents.
 // Symbolic extents they derive are extent expressions (ir/extent_expr.h), evaluated at run time.
 #include <algorithm>
 #include <set>
@@ -87,13 +88,13 @@ TensorView* reshapeTo(TensorView* x, std::vector<std::optional<Extent>> shape) {
   }
   if (infer >= 0) shape[infer] = extentQuotient(f, total, given);
   std::vector<IterDomain*> ids;
-  ExprAttrs attrs;
+  Ints global_shape;
   for (const auto& e : shape) {
     ids.push_back(axisOfExtent(f, *e));
-    attrs.shape.push_back(e->isConst() ? e->value : -1);
+    global_shape.push_back(e->isConst() ? e->value : -1);
   }
   TensorView* out = f.newTensor(x->dtype(), ids);
-  f.newExpr(OpType::Reshape, {x}, {out}, attrs);
+  f.newExpr(OpType::Reshape, {x}, {out}, {{"shape", global_shape}});
   return out;
 }
 
@@ -185,9 +186,7 @@ TensorView* slice(TensorView* x, const std::vector<Val*>& starts, const std::vec
     for (const Extent& b : bounds) operands.push_back(scalarOfExtent(f, b));
   }
   TensorView* out = f.newTensor(x->dtype(), ids);
-  ExprAttrs attrs;
-  attrs.dims = strides;
-  f.newExpr(OpType::Slice, operands, {out}, attrs);
+  f.newExpr(OpType::Slice, operands, {out}, {{"strides", strides}});
   return out;
 }
 
@@ -215,9 +214,7 @@ TensorView* pad(TensorView* x, const std::vector<int64_t>& pad_widths, Val* valu
     ids.push_back(lo == 0 && hi == 0 ? freshLike(f, in_ids[a]) : axisOfExtent(f, padded));
   }
   TensorView* out = f.newTensor(x->dtype(), ids);
-  ExprAttrs attrs;
-  attrs.dims = pad_widths;
-  f.newExpr(OpType::Pad, {x, value}, {out}, attrs);
+  f.newExpr(OpType::Pad, {x, value}, {out}, {{"pad_widths", pad_widths}});
   return out;
 }
 
@@ -258,9 +255,59 @@ TensorView* cat(const std::vector<TensorView*>& xs, int64_t dim) {
     ids.push_back(freshLike(f, pick));
   }
   TensorView* out = f.newTensor(dtype, ids);
-  ExprAttrs attrs;
-  attrs.dims = {axis};
-  f.newExpr(OpType::Cat, std::vector<Val*>(xs.begin(), xs.end()), {out}, attrs);
+  f.newExpr(OpType::Cat, std::vector<Val*>(xs.begin(), xs.end()), {out}, {{"dim", axis}});
+  return out;
+}
+
+TensorView* broadcastInDimExtents(TensorView* x, const std::vector<Val*>& shape, const std::vector<int64_t>& bdims) {
+  const char* op = "broadcast_in_dim";
+  std::vector<int64_t> ints;
+  for (const Val* v : shape) {
+    if (std::optional<int64_t> c = intConstant(v)) ints.push_back(*c);
+  }
+  if (ints.size() == shape.size()) return broadcastInDim(x, ints, bdims);
+  Fusion& f = *x->fusion();
+  auto in_ids = x->logicalNoReductions();
+  MF_USER_ARG_CHECK(bdims.size() == in_ids.size(), op, ": broadcast_dims has ", bdims.size(), " entries but ",
+                    x->toString(), " has ", in_ids.size(), " axes");
+  // Each output extent: nullopt keeps the input's (-1), else a constant or a runtime extent.
+  std::vector<std::optional<Extent>> want;
+  for (size_t o = 0; o < shape.size(); ++o) {
+    std::optional<int64_t> c = intConstant(shape[o]);
+    if (c && *c == -1) want.push_back(std::nullopt);
+    else want.push_back(extentOfVal(shape[o], op, mf::str("shape axis ", o)));
+  }
+  std::vector<IterDomain*> ids(shape.size(), nullptr);
+  for (size_t i = 0; i < bdims.size(); ++i) {
+    const int64_t o = bdims[i];
+    MF_USER_ARG_CHECK(o >= 0 && o < static_cast<int64_t>(shape.size()), op, ": broadcast_dims[", i, "] = ", o,
+                      " is out of range for an output of rank ", shape.size());
+    MF_USER_ARG_CHECK(i == 0 || bdims[i] > bdims[i - 1], op, ": broadcast_dims must be increasing");
+    const IterDomain* id = in_ids[i];
+    const std::optional<Extent>& e = want[o];
+    if (!e || (e->isConst() && e->value == 1 && id->isBroadcast()) || *e == id->extent()) {
+      ids[o] = freshLike(f, id);
+    } else if (id->isBroadcast()) {
+      // Expanded to the given extent (a runtime one is an axis of that extent holding copies).
+      ids[o] = f.newIterDomain(*e, e->isConst() ? IterType::Broadcast : IterType::Iteration);
+    } else {
+      MF_USER_ARG_CHECK(!(e->isConst() && id->extent().isConst()), op, ": input axis ", i, " of ", x->toString(),
+                        " has extent ", id->extent().toString(), " but output axis ", o, " asks for ", e->toString());
+      // A runtime extent over a non-broadcast axis must be that axis's extent (checked when it runs).
+      if (!e->isConst() && !id->extent().isConst()) f.unifySymbols(id->extent().symbol, e->symbol);
+      ids[o] = e->isConst() ? f.newIterDomain(*e, id->iterType()) : freshLike(f, id);
+    }
+  }
+  Ints attr_shape;
+  for (size_t o = 0; o < shape.size(); ++o) {
+    const std::optional<Extent>& e = want[o];
+    attr_shape.push_back(e && e->isConst() ? e->value : -1);
+    if (ids[o] != nullptr) continue;
+    MF_USER_ARG_CHECK(e.has_value(), op, ": new output axis ", o, " needs an extent; got -1");
+    ids[o] = e->isConst() ? f.newIterDomain(*e, IterType::Broadcast) : f.newIterDomain(*e, IterType::Iteration);
+  }
+  TensorView* out = f.newTensor(x->dtype(), ids);
+  f.newExpr(OpType::BroadcastInDim, {x}, {out}, {{"shape", attr_shape}, {"broadcast_dims", bdims}});
   return out;
 }
 
@@ -279,7 +326,7 @@ TensorView* strideOrder(TensorView* x, const std::vector<int64_t>& stride_order)
   for (IterDomain* id : in_ids) ids.push_back(freshLike(f, id));
   TensorView* out = f.newTensor(x->dtype(), ids);
   out->setStrideOrder(stride_order);
-  f.newExpr(OpType::StrideOrder, {x}, {out});
+  f.newExpr(OpType::StrideOrder, {x}, {out}, {{"stride_order", stride_order}});
   return out;
 }
 

@@ -3,7 +3,7 @@
 //     symbols: s1=s0 ...                       (optional)
 //     input T0_float[i0{s0}, iDIDx3{2}] mesh=[0 1] contiguity=tf stride_order=10
 //     input S0_double
-//     T2 = add(T0, 2_double, dims=[0], shape=[..], broadcast_dims=[..], dtype=float)
+//     T2 = add(T0, 2_double)                   (attributes follow as name=value: sum(T0, dims=[0]))
 //       T2_float[...] mesh=...                  (the output's header)
 //       root: [...]                             (optional)
 //       OuterSplit(i1{8}, factor 2) -> iDIDx5{2}, i6{4}     (transforms, in order)
@@ -23,6 +23,7 @@
 #include <unordered_map>
 
 #include "support/error.h"
+#include "support/text.h"
 
 namespace mf {
 namespace {
@@ -93,18 +94,6 @@ class Parser {
     }
     fail(false, "unknown dtype '", name, "'");
     return DataType::Float;
-  }
-
-  std::vector<int64_t> parseInts(const std::string& text) {  // "[1, 2]"
-    fail(text.size() >= 2 && text.front() == '[' && text.back() == ']', "expected a list like [1, 2], got '", text, "'");
-    std::vector<int64_t> v;
-    std::string body = text.substr(1, text.size() - 2);
-    std::istringstream in(body);
-    for (std::string item; std::getline(in, item, ',');) {
-      item = trimmed(item);
-      if (!item.empty()) v.push_back(std::stoll(item));
-    }
-    return v;
   }
 
   // "[[0 1] [2 3]]" -> devices and shape.
@@ -313,7 +302,8 @@ class Parser {
     return it->second;
   }
 
-  // "T0", "S1_double" (an input), "2.5_float" (a constant), "S4{s0}_int" (an extent).
+  // "T0", "S1_double" (an input), "2.5_float" (a constant), "S4{s0}_int" (an extent),
+  // "S5[reciprocal(S1_double)]_double" (a scalar op's result).
   Val* parseOperand(const std::string& text) {
     if (vals_.count(text)) return vals_.at(text);
     size_t underscore = text.rfind('_');
@@ -321,6 +311,24 @@ class Parser {
     DataType dtype = parseDtype(text.substr(underscore + 1));
     std::string value = text.substr(0, underscore);
     if (vals_.count(value)) return vals_.at(value);
+    size_t bracket = value.find('[');
+    if (bracket != std::string::npos && value[0] == 'S' && value.back() == ']') {
+      // A scalar op's result: "S5[mul(S3_double, 2_double)]".
+      std::string body = value.substr(bracket + 1, value.size() - bracket - 2);
+      size_t open = body.find('(');
+      fail(open != std::string::npos && body.back() == ')', "malformed scalar '", text, "'");
+      const OpInfo* info = findOp(body.substr(0, open));
+      fail(info != nullptr && info->on_scalars != nullptr, "scalar '", text, "': '", body.substr(0, open),
+           "' is not an op on scalars");
+      std::vector<Val*> operands;
+      for (const std::string& arg : splitTopLevel(body.substr(open + 1, body.size() - open - 2))) {
+        operands.push_back(parseOperand(arg));
+      }
+      Scalar* s = fusion_->newScalarNamed(std::stoll(value.substr(1, bracket - 1)), dtype, std::nullopt);
+      s->setComputation({info->op, operands});
+      vals_[value] = s;
+      return s;
+    }
     size_t brace = value.find('{');
     if (brace != std::string::npos && value[0] == 'S' && value.back() == '}') {
       std::string extent = value.substr(brace + 1, value.size() - brace - 2);
@@ -367,7 +375,7 @@ class Parser {
     const OpInfo* info = findOp(op_name);
     fail(info != nullptr, "unknown op '", op_name, "'");
     std::vector<Val*> operands;
-    ExprAttrs attrs;
+    Attributes attrs;
     for (const std::string& arg : splitTopLevel(line.substr(open + 1, line.size() - open - 2))) {
       size_t key_end = arg.find('=');
       if (key_end == std::string::npos) {
@@ -375,37 +383,20 @@ class Parser {
         continue;
       }
       std::string key = arg.substr(0, key_end);
-      std::string value = arg.substr(key_end + 1);
-      if (key == "dtype") attrs.dtype = parseDtype(value);
-      else if (key == "shape") attrs.shape = parseInts(value);
-      else if (key == "dims" || key == "broadcast_dims" || key == "strides" || key == "pad_widths" ||
-               key == "padding_idx")
-        attrs.dims = parseInts(value);
-      else if (key == "dropout_p") attrs.dropout_p = parseNumber(value);
-      else if (key == "is_causal") attrs.is_causal = value == "true";
-      else if (key == "k" || key == "minlength") attrs.count = parseInt(value);
-      else if (key == "dim") attrs.dim = parseInt(value);
-      else if (key == "largest" || key == "descending") attrs.descending = parseBool(value);
-      else if (key == "sorted" || key == "stable" || key == "include_self") attrs.stable = parseBool(value);
-      else if (key == "mesh_axis") {
-        bool found = false;
-        for (ParallelType pt : kDeviceParallelTypes) {
-          if (value == toString(pt)) {
-            attrs.dim = static_cast<int64_t>(pt);
-            found = true;
-          }
-        }
-        fail(found, "mesh_axis must be DIDx, DIDy or DIDz; got '", value, "'");
-      } else if (key == "reduce") {
-        ScatterReduction r;
-        fail(parseScatterReduction(value, r), "unknown reduce '", value, "' of ", op_name);
-        attrs.count = static_cast<int64_t>(r);
+      const AttrDef* def = nullptr;
+      for (const AttrDef& d : info->attributes) {
+        if (key == d.name) def = &d;
       }
-      else if (key == "scale") attrs.scale = value == "none" ? std::nullopt : std::optional<double>(parseNumber(value));
-      else fail(false, "unknown attribute '", key, "' of ", op_name);
+      fail(def != nullptr, op_name, ": unknown attribute '", key, "'", attributeList(*info));
+      fail(!attrs.has(key), op_name, ": attribute '", key, "' given twice");
+      std::optional<AttrValue> value = parseAttrValue(def->type, arg.substr(key_end + 1));
+      fail(value.has_value(), op_name, ": attribute '", key, "' must be a ", toString(def->type), "; got '",
+           arg.substr(key_end + 1), "'");
+      attrs.set(key, *value);
     }
     fail(static_cast<int>(operands.size()) >= info->min_inputs && static_cast<int>(operands.size()) <= info->max_inputs,
          op_name, " takes ", info->min_inputs, "-", info->max_inputs, " operands, got ", operands.size());
+    const size_t expr_line = reported_line_;
     std::vector<Val*> outs;
     for (const std::string& out_name : out_names) {
       fail(line_ < lines_.size(), "missing the output tensor ", out_name, " of '", line, "'");
@@ -415,25 +406,19 @@ class Parser {
       fail(out->toString() == out_name, "the expr defines ", out_name, " but the next line describes ", out->toString());
       outs.push_back(out);
     }
-    fusion_->newExpr(info->op, operands, outs, attrs);
+    try {
+      fusion_->newExpr(info->op, operands, outs, attrs);  // completes the attributes; runs the op's check
+    } catch (const UserError& err) {
+      reported_line_ = expr_line;
+      fail(false, err.what());
+    }
   }
 
-  int64_t parseInt(const std::string& text) {
-    double v = parseNumber(text);
-    fail(v == static_cast<double>(static_cast<int64_t>(v)), "expected an integer, got '", text, "'");
-    return static_cast<int64_t>(v);
-  }
-
-  bool parseBool(const std::string& text) {
-    fail(text == "true" || text == "false", "expected true or false, got '", text, "'");
-    return text == "true";
-  }
-
-  double parseNumber(const std::string& text) {
-    char* end = nullptr;
-    double v = std::strtod(text.c_str(), &end);
-    fail(end != nullptr && *end == '\0' && !text.empty(), "expected a number, got '", text, "'");
-    return v;
+  static std::string attributeList(const OpInfo& info) {
+    if (info.attributes.empty()) return std::string("; ") + info.name + " takes no attributes";
+    std::vector<std::string> names;
+    for (const AttrDef& d : info.attributes) names.push_back(d.name);
+    return "; " + std::string(info.name) + " takes " + listText(names);
   }
 
   std::unique_ptr<Fusion> fusion_;

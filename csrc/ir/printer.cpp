@@ -24,30 +24,13 @@ std::string valName(const Val* v) {
 }
 
 
+// ", name=value" per attribute, in declaration order (the parser reads them back by name).
 std::string attrString(const Expr* e) {
-  const ExprAttrs& a = e->attrs();
-  unsigned mask = opInfo(e->op()).attrs;
   std::string s;
-  if (mask & kAttrDtype) s += std::string(", dtype=") + toString(a.dtype);
-  if (mask & kAttrShape) s += ", shape=" + listText(a.shape);
-  if (mask & kAttrDims) s += ", dims=" + listText(a.dims);
-  if (mask & kAttrBroadcastDims) s += ", broadcast_dims=" + listText(a.dims);
-  if (mask & kAttrAttention) {
-    s += ", dropout_p=" + numberText(a.dropout_p) + ", is_causal=" + (a.is_causal ? "true" : "false") +
-         ", scale=" + (a.scale ? numberText(*a.scale) : "none");
-  }
-  if (mask & kAttrStrides) s += ", strides=" + listText(a.dims);
-  if (mask & kAttrPadWidths) s += ", pad_widths=" + listText(a.dims);
-  if ((mask & kAttrPaddingIdx) && !a.dims.empty()) s += ", padding_idx=" + listText(a.dims);
-  auto flag = [](bool b) { return b ? "true" : "false"; };
-  if (mask & kAttrK) s += ", k=" + std::to_string(a.count);
-  if (mask & kAttrDim) s += ", dim=" + std::to_string(a.dim);
-  if (mask & kAttrLargest) s += std::string(", largest=") + flag(a.descending) + ", sorted=" + flag(a.stable);
-  if (mask & kAttrDescending) s += std::string(", descending=") + flag(a.descending) + ", stable=" + flag(a.stable);
-  if (mask & kAttrMinlength) s += ", minlength=" + std::to_string(a.count);
-  if (mask & kAttrMeshAxis) s += std::string(", mesh_axis=") + toString(static_cast<ParallelType>(a.dim));
-  if (mask & kAttrReduce) {
-    s += std::string(", reduce=") + toString(static_cast<ScatterReduction>(a.count)) + ", include_self=" + flag(a.stable);
+  for (const AttrDef& d : opInfo(e->op()).attributes) {
+    const AttrValue& value = e->attributes().value(d.name);
+    if (d.omitted_when_default && d.default_value && value == *d.default_value) continue;
+    s += std::string(", ") + d.name + "=" + attrValueText(value);
   }
   return s;
 }

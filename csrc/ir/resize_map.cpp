@@ -14,7 +14,7 @@ namespace mf {
 
 bool resizeSlice(const Expr* e, size_t input_index, const std::vector<std::vector<int64_t>>& input_shapes,
                  std::vector<AxisResize>* axes, std::string* why) {
-  const std::vector<int64_t>& strides = e->attrs().dims;
+  const Ints& strides = e->attr<Ints>("strides");
   const size_t rank = input_shapes.at(input_index).size();
   axes->assign(rank, AxisResize{});
   for (size_t a = 0; a < rank; ++a) {
@@ -32,7 +32,7 @@ bool resizeSlice(const Expr* e, size_t input_index, const std::vector<std::vecto
 
 bool resizePad(const Expr* e, size_t input_index, const std::vector<std::vector<int64_t>>& input_shapes,
                std::vector<AxisResize>* axes, std::string* why) {
-  const std::vector<int64_t>& widths = e->attrs().dims;  // (low, high) pairs, last axis first
+  const Ints& widths = e->attr<Ints>("pad_widths");  // (low, high) pairs, last axis first
   const std::vector<int64_t>& shape = input_shapes.at(input_index);
   const size_t rank = shape.size();
   axes->assign(rank, AxisResize{});
@@ -49,7 +49,7 @@ bool resizePad(const Expr* e, size_t input_index, const std::vector<std::vector<
 
 bool resizeCat(const Expr* e, size_t input_index, const std::vector<std::vector<int64_t>>& input_shapes,
                std::vector<AxisResize>* axes, std::string* why) {
-  const int64_t axis = e->attrs().dims.at(0);
+  const int64_t axis = e->attr<int64_t>("dim");
   axes->assign(input_shapes.at(input_index).size(), AxisResize{});
   int64_t begin = 0;
   for (size_t k = 0; k < input_index; ++k) begin += input_shapes.at(k).at(static_cast<size_t>(axis));

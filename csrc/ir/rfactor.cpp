@@ -145,15 +145,14 @@ TensorView* TensorView::rfactor(std::vector<int64_t> axes) {
 
   // Rewire: the original op now defines partial; out = reduce(partial) over the rest.
   std::vector<Val*> inputs = def->inputs();
-  ExprAttrs attrs = def->attrs();
+  Attributes attrs = def->attributes();
   OpType op = def->op();
   f.unlink(def);
   f.newExpr(op, inputs, {partial}, attrs);
 
   std::vector<IterDomain*> out_logical;
   std::vector<IterDomain*> new_reductions;
-  ExprAttrs sum_attrs;
-  sum_attrs.dtype = dtype();
+  Ints sum_dims;
   int64_t pos = 0;
   std::unordered_map<IterDomain*, IterDomain*> orig_of_clone;
   for (auto& [o, c] : clone) orig_of_clone[c] = o;
@@ -165,7 +164,7 @@ TensorView* TensorView::rfactor(std::vector<int64_t> axes) {
       r->parallelize(orig->parallelType());
       out_logical.push_back(r);
       new_reductions.push_back(r);
-      sum_attrs.dims.push_back(pos);
+      sum_dims.push_back(pos);
     } else {
       out_logical.push_back(orig);
     }
@@ -185,7 +184,7 @@ TensorView* TensorView::rfactor(std::vector<int64_t> axes) {
   setLoop(out_loop);
   allocation_.clear();
   OpType final_op = opInfo(op).partial_combine;
-  f.newExpr(final_op, {partial}, {this}, sum_attrs);
+  f.newExpr(final_op, {partial}, {this}, {{"dims", sum_dims}});
   return partial;
 }
 

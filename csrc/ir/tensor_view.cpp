@@ -50,6 +50,15 @@ std::string Scalar::toString() const {
     return numberText(*value_);
   }
   if (isExtent()) return "S" + std::to_string(name()) + "{" + extent_ + "}";
+  if (computation_) {
+    // "S5[mul(S3_double, 2_double)]": the op and its typed operands, so that the text parses back.
+    std::string s = "S" + std::to_string(name()) + "[" + mf::toString(computation_->op) + "(";
+    for (size_t i = 0; i < computation_->operands.size(); ++i) {
+      const Val* v = computation_->operands[i];
+      s += (i ? ", " : "") + v->toString() + "_" + mf::toString(v->dtype());
+    }
+    return s + ")]";
+  }
   return "S" + std::to_string(name());
 }
 

@@ -18,7 +18,7 @@ bool sameValue(const Val* a, const Val* b) {
   const Expr* db = b->definition();
   if (da == nullptr || db == nullptr || da->op() != db->op()) return false;
   if (opInfo(da->op()).kind != OpKind::Unary || da->inputs().size() != 1 || db->inputs().size() != 1) return false;
-  return da->input(0) == db->input(0) && da->attrs().dtype == db->attrs().dtype && a->dtype() == b->dtype();
+  return da->input(0) == db->input(0) && da->attributes() == db->attributes() && a->dtype() == b->dtype();
 }
 
 // The position among t's runtime (non-reduction) axes of t->rootOrLogical()[i]; -1 for a

@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 
+#include "ir/op_checks.h"
 #include "support/error.h"
 
 namespace mf {
@@ -57,6 +58,7 @@ void verifyFusion(const Fusion& f) {
     for (const Val* out : e->outputs()) {
       MF_CHECK(out->definition() == e, out->toString(), " is not defined by the expr that lists it as output");
     }
+    checkExpr(e);  // the op's attributes and its check, as its builder ran them
   }
 }
 

@@ -106,7 +106,7 @@ bool pullBiasAfterReduction(Fusion& f, Expr* e) {
                 "two axes; add the bias in a separate op after the linear, broadcast to the output's shape");
   operands.erase(operands.begin() + bias_input);
   OpType op = e->op();
-  ExprAttrs attrs = e->attrs();
+  Attributes attrs = e->attributes();
   f.unlink(e);
   f.newExpr(op, operands, {t}, attrs);
   dropReductions(out);
@@ -142,7 +142,7 @@ bool reshardAfter(Fusion& f, Expr*& e) {
   TensorView* t = newTensorLike(out, /*keep_reductions=*/true);
   t->setDeviceMesh(in->mesh());
   std::vector<Val*> inputs = e->inputs();
-  ExprAttrs attrs = e->attrs();
+  Attributes attrs = e->attributes();
   OpType op = e->op();
   f.unlink(e);
   Expr* local = f.newExpr(op, inputs, {t}, attrs);
@@ -214,7 +214,7 @@ bool reshardFreshAxesAfter(Fusion& f, Expr* e) {
     if (std::find(fresh.begin(), fresh.end(), pt) == fresh.end()) copyShardingOf(out, t, pt);
   }
   std::vector<Val*> inputs = e->inputs();
-  ExprAttrs attrs = e->attrs();
+  Attributes attrs = e->attributes();
   OpType op = e->op();
   f.unlink(e);
   f.newExpr(op, inputs, {t}, attrs);
@@ -346,7 +346,7 @@ bool reshardOutputsAfter(Fusion& f, Expr* e) {
   if (sets.empty()) return false;
   OpType op = e->op();
   std::vector<Val*> inputs = e->inputs();
-  ExprAttrs attrs = e->attrs();
+  Attributes attrs = e->attributes();
   f.unlink(e);
   f.newExpr(op, inputs, outs, attrs);
   for (auto [computed, wanted] : sets) f.newExpr(OpType::Set, {computed}, {wanted});

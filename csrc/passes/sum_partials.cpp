@@ -23,7 +23,7 @@ namespace {
 const Expr* soleDeviceSum(const Fusion& f, const Val* v, const Expr* reader) {
   if (!v->isTensor() || f.isOutput(v) || f.isInput(v) || v->uses().size() != 1 || v->uses()[0] != reader) return nullptr;
   const Expr* def = v->definition();
-  if (def == nullptr || def->op() != OpType::Sum || def->attrs().dims.size() != 1 || !def->input(0)->isTensor()) {
+  if (def == nullptr || def->op() != OpType::Sum || def->attr<Ints>("dims").size() != 1 || !def->input(0)->isTensor()) {
     return nullptr;
   }
   const auto* out = static_cast<const TensorView*>(v);
@@ -58,7 +58,7 @@ bool sumPartialsOnce(Fusion& f, Expr* add) {
   if (add->op() != OpType::Add || add->inputs().size() != 2 || add->input(0) == add->input(1)) return false;
   const Expr* x = soleDeviceSum(f, add->input(0), add);
   const Expr* y = soleDeviceSum(f, add->input(1), add);
-  if (x == nullptr || y == nullptr || x->attrs().dims != y->attrs().dims) return false;
+  if (x == nullptr || y == nullptr || x->attributes() != y->attributes()) return false;
   auto* p = static_cast<TensorView*>(x->input(0));
   auto* q = static_cast<TensorView*>(y->input(0));
   TensorView* out = add->out();
@@ -91,7 +91,7 @@ bool sumPartialsOnce(Fusion& f, Expr* add) {
   out->setLogical(logical);
   out->setLoop(loop);
   out->setAllocation({});
-  ExprAttrs sum_attrs = x->attrs();
+  Attributes sum_attrs = x->attributes();
   f.unlink(const_cast<Expr*>(x));
   f.unlink(const_cast<Expr*>(y));
   f.unlink(add);

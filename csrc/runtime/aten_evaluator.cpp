@@ -124,22 +124,45 @@ std::vector<int64_t> reducedAxes(const TensorView* out) {
   return dims;
 }
 
-at::Tensor broadcastInDim(const Expr* e, const at::Tensor& x) {
-  const ExprAttrs& a = e->attrs();
+// An attribute as an ATen argument.
+c10::IValue attributeValue(const AttrValue& v) {
+  switch (typeOf(v)) {
+    case AttrType::Int: return std::get<int64_t>(v);
+    case AttrType::Bool: return std::get<bool>(v);
+    case AttrType::Float: return std::get<double>(v);
+    case AttrType::OptionalFloat: {
+      const OptionalFloat& f = std::get<OptionalFloat>(v);
+      return f ? c10::IValue(*f) : c10::IValue();
+    }
+    case AttrType::Dtype: return toAten(std::get<DataType>(v));
+    case AttrType::Ints: return std::get<Ints>(v);
+    case AttrType::Name: return std::get<std::string>(v);
+  }
+  MF_THROW_INTERNAL("bad attribute");
+}
+
+at::Tensor broadcastInDim(const Expr* e, const at::Tensor& x, const ExtentBindings& bindings) {
+  const Ints& bdims = e->attr<Ints>("broadcast_dims");
   const TensorView* out = e->out();
-  std::vector<int64_t> view_shape(a.shape.size(), 1);
-  for (size_t i = 0; i < a.dims.size(); ++i) view_shape[a.dims[i]] = x.size(static_cast<int64_t>(i));
+  std::vector<int64_t> view_shape(e->attr<Ints>("shape").size(), 1);
+  for (size_t i = 0; i < bdims.size(); ++i) view_shape[bdims[i]] = x.size(static_cast<int64_t>(i));
   // Mapped axes keep the input's (already local) extent; expanded axes are divided by their shards.
   auto ids = out->logicalNoReductions();
   auto shards = shardsPerAxis(out);
   std::vector<int64_t> target = view_shape;
+  std::vector<int64_t> local;  // this rank's output shape, for axes of runtime extents
   for (size_t o = 0; o < ids.size(); ++o) {
-    auto mapped = std::find(a.dims.begin(), a.dims.end(), static_cast<int64_t>(o));
-    if (mapped == a.dims.end() || (ids[o]->isBroadcast() && ids[o]->extent().isConst() && ids[o]->extent().value != 1)) {
+    if (!ids[o]->extent().isConst()) {
+      if (local.empty()) local = localShape(out, globalShape(out, bindings));
+      target[o] = local[o];
+      continue;
+    }
+    auto mapped = std::find(bdims.begin(), bdims.end(), static_cast<int64_t>(o));
+    if (mapped == bdims.end() || (ids[o]->isBroadcast() && ids[o]->extent().isConst() && ids[o]->extent().value != 1)) {
       if (ids[o]->extent().isConst()) target[o] = ids[o]->extent().value / shards[o];
     } else if (ids[o]->extent().isConst()) {  // a concrete output extent over a symbolic input axis
       const int64_t want = ids[o]->extent().value / shards[o];
-      const int64_t i = mapped - a.dims.begin();
+      const int64_t i = mapped - bdims.begin();
       MF_USER_CHECK(view_shape[o] == want || view_shape[o] == 1, "broadcast_in_dim: input axis ", i, " of ",
                     e->input(0)->toString(), " has extent ", view_shape[o], " but output axis ", o, " asks for ", want,
                     " (the input's extent must equal it or be 1)");
@@ -155,7 +178,7 @@ at::Tensor sliceAxes(const Expr* e, const std::vector<RuntimeValue>& in) {
   std::vector<int64_t> kept = opInfo(e->op()).axis_map(e, 0);
   for (int64_t a = 0; a < x.dim(); ++a) {
     if (kept[a] >= 0) continue;
-    int64_t start = in[1 + 2 * a].scalar.toLong(), end = in[2 + 2 * a].scalar.toLong(), step = e->attrs().dims[a];
+    int64_t start = in[1 + 2 * a].scalar.toLong(), end = in[2 + 2 * a].scalar.toLong(), step = e->attr<Ints>("strides")[a];
     MF_USER_CHECK(0 <= start && start <= end && end <= x.size(a), "slice: axis ", a, " of ",
                   e->input(0)->toString(), " has extent ", x.size(a), " but the bounds are [", start, ", ", end,
                   "); scalar bounds must satisfy 0 <= start <= end <= extent");
@@ -188,7 +211,7 @@ at::Tensor uniform(const Expr* e, const std::vector<RuntimeValue>& in, const Ext
 // rank holds rows [start, start + rows) of the table: it looks up the indices among them and leaves
 // zeros elsewhere, and the reduction across devices completes the lookup.
 at::Tensor embedding(const Expr* e, const std::vector<RuntimeValue>& in, const EvalContext& context) {
-  const std::vector<int64_t>& padding = e->attrs().dims;
+  const Ints& padding = e->attr<Ints>("padding_idx");
   const at::Tensor& indices = in[0].tensor;
   const at::Tensor& weight = in[1].tensor;
   int64_t padding_idx = padding.empty() ? -1 : padding[0];
@@ -233,19 +256,19 @@ at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in,
   at::Tensor result;
   switch (info.aten_args) {
     case AtenArgs::Identity: result = x; break;
-    case AtenArgs::Dtype: result = callAten(info.aten, {x, toAten(e->attrs().dtype)}); break;
-    case AtenArgs::AttrDims: result = callAten(info.aten, {x, e->attrs().dims}); break;
+    case AtenArgs::Dtype: result = callAten(info.aten, {x, toAten(e->attr<DataType>("dtype"))}); break;
+    case AtenArgs::AttrDims: result = callAten(info.aten, {x, e->attr<Ints>("dims")}); break;
     case AtenArgs::LocalShape: result = callAten(info.aten, {x, localShape(out, globalShape(out, bindings))}); break;
     case AtenArgs::Slice: result = sliceAxes(e, in); break;
-    case AtenArgs::Pad: result = callAten(info.aten, {x, e->attrs().dims, in[1].scalar}); break;
+    case AtenArgs::Pad: result = callAten(info.aten, {x, e->attr<Ints>("pad_widths"), in[1].scalar}); break;
     case AtenArgs::Cat: {
       c10::List<at::Tensor> parts;
       for (const RuntimeValue& v : in) parts.push_back(v.tensor.to(toAten(out->dtype())));
-      result = callAten(info.aten, {parts, e->attrs().dims[0]});
+      result = callAten(info.aten, {parts, e->attr<int64_t>("dim")});
       break;
     }
-    case AtenArgs::StrideOrder: result = withStrideOrder(x, out->strideOrder()); break;
-    case AtenArgs::BroadcastInDim: result = broadcastInDim(e, x); break;
+    case AtenArgs::StrideOrder: result = withStrideOrder(x, e->attr<Ints>("stride_order")); break;
+    case AtenArgs::BroadcastInDim: result = broadcastInDim(e, x, bindings); break;
     case AtenArgs::ReducedAxes: {
       std::vector<int64_t> dims = reducedAxes(out);
       result = dims.empty() ? x : callAten(info.aten, {x, dims}, {{"dtype", toAten(out->dtype())}});
@@ -307,6 +330,8 @@ at::Tensor evaluateUnchecked(const Expr* e, const std::vector<RuntimeValue>& in,
           args.emplace_back(v.tensor);
         }
       }
+      // Then the attributes, in declaration order (an op whose ATen form is op(x, attr...): triu).
+      for (const auto& [name, value] : e->attributes().items()) args.push_back(attributeValue(value));
       result = callAten(info.aten, std::move(args));
       break;
     }
@@ -328,7 +353,9 @@ std::vector<at::Tensor> evaluateExpr(const Expr* e, const std::vector<RuntimeVal
                                      const ExtentBindings& bindings, const EvalContext& context) {
   try {
     if (opInfo(e->op()).aten_args == AtenArgs::Attention) return evaluateAttention(e, in);
-    if (opInfo(e->op()).kind == OpKind::Routing) {
+    // Routing ops with an ATen form of their own; one of plain operands and attributes is generic.
+    const OpInfo& info = opInfo(e->op());
+    if (info.kind == OpKind::Routing && info.aten_args != AtenArgs::Operands) {
       std::vector<at::Tensor> results = evaluateMoeOp(e, in);
       // An rfactored partial (row-parallel grouped_mm) gains its device axis (local extent 1).
       const TensorView* out = e->outTensor(0);

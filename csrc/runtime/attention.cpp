@@ -84,8 +84,18 @@ at::Tensor to4dStrided(const at::Tensor& t) {
   return in_place ? folded : folded.contiguous();
 }
 
+// The attention op's attributes (its registry entry declares them).
+struct AttentionAttrs {
+  double dropout_p;
+  bool is_causal;
+  OptionalFloat scale;
+};
+AttentionAttrs attentionAttrs(const Expr* e) {
+  return {e->attr<double>("dropout_p"), e->attr<bool>("is_causal"), e->attr<OptionalFloat>("scale")};
+}
+
 KernelCall prepare(const Expr* e, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
-  const ExprAttrs& a = e->attrs();
+  const AttentionAttrs a = attentionAttrs(e);
   KernelCall c;
   c.q = to4dStrided(q);
   c.k = to4dStrided(k);
@@ -129,7 +139,7 @@ auto runKernel(const Expr* e, const KernelCall& c, Fn&& fn) {
 }
 
 std::vector<at::Tensor> forward(const Expr* e, const std::vector<RuntimeValue>& in) {
-  const ExprAttrs& a = e->attrs();
+  const AttentionAttrs a = attentionAttrs(e);
   const at::Tensor& q = in[0].tensor;
   std::vector<int64_t> attn_shape(q.sizes().begin(), q.sizes().end());
   attn_shape.back() = in[2].tensor.size(-1);
@@ -196,7 +206,7 @@ std::vector<at::Tensor> forward(const Expr* e, const std::vector<RuntimeValue>& 
 }
 
 std::vector<at::Tensor> backward(const Expr* e, const std::vector<RuntimeValue>& in) {
-  const ExprAttrs& a = e->attrs();
+  const AttentionAttrs a = attentionAttrs(e);
   const at::Tensor& q = in[1].tensor;
   KernelCall c = prepare(e, q, in[2].tensor, in[3].tensor);
   at::Tensor grad4 = c.pad(to4dStrided(in[0].tensor)), out4 = c.pad(to4dStrided(in[4].tensor));

@@ -7,6 +7,7 @@
 
 #include "host/communication_bytes.h"
 #include "ir/extent_expr.h"
+#include "ir/ops.h"
 #include "multidevice/communicator.h"
 #include "multidevice/sharding.h"
 #include "ir/printer.h"
@@ -495,7 +496,17 @@ RuntimeValue scalarRuntimeValue(const Val* v, const std::unordered_map<const Val
   auto* s = static_cast<const Scalar*>(v);
   RuntimeValue rv;
   rv.is_tensor = false;
-  if (s->isExtent()) {
+  if (s->computation()) {
+    // A scalar op's result (fd.ops.reciprocal(s)): its operands' values, then the op on scalars.
+    std::vector<double> operands;
+    for (const Val* v : s->computation()->operands) {
+      operands.push_back(scalarRuntimeValue(v, scalars, bindings).scalar.toDouble());
+    }
+    double x = evaluateScalarOp(s->computation()->op, operands, s->dtype());
+    rv.scalar = isFloatingPoint(s->dtype()) ? c10::Scalar(x)
+                : s->dtype() == DataType::Bool ? c10::Scalar(x != 0)
+                                               : c10::Scalar(static_cast<int64_t>(x));
+  } else if (s->isExtent()) {
     std::optional<int64_t> extent = evaluateExtent(*s->fusion(), Extent{-1, s->extent()}, bindings);
     MF_USER_CHECK(extent.has_value(), s->toString(), ": the extent ", s->extent(), " is not known on this rank");
     rv.scalar = c10::Scalar(*extent);

@@ -74,7 +74,7 @@ at::Tensor groupedMm(const Expr* e, const std::vector<RuntimeValue>& in) {
 }
 
 at::Tensor bincount(const Expr* e, const at::Tensor& x) {
-  const int64_t bins = e->attrs().count;
+  const int64_t bins = e->attr<int64_t>("minlength");
   if (x.numel() > 0 && !x.is_meta()) {
     const int64_t lo = x.min().item<int64_t>(), hi = x.max().item<int64_t>();
     MF_USER_CHECK(lo >= 0 && hi < bins, "bincount: the values of ", e->input(0)->toString(), " must lie in [0, ", bins,
@@ -94,23 +94,24 @@ std::vector<at::Tensor> tensorsOf(const std::vector<c10::IValue>& values, size_t
 
 std::vector<at::Tensor> evaluateMoeOp(const Expr* e, const std::vector<RuntimeValue>& in) {
   const OpInfo& info = opInfo(e->op());
-  const ExprAttrs& a = e->attrs();
   const at::Tensor& x = in[0].tensor;
   auto index = [&](size_t i) { return in[i].tensor.to(at::kLong); };
+  // The axis the op works along (grouped_mm and bincount have none).
+  const int64_t dim = e->attributes().has("dim") ? e->attr<int64_t>("dim") : 0;
   switch (info.aten_args) {
     case AtenArgs::GroupedMm: return {groupedMm(e, in)};
-    case AtenArgs::Topk: return tensorsOf(callAtenAll(info.aten, {x, a.count, a.dim, a.descending, a.stable}), 2);
+    case AtenArgs::Topk: return tensorsOf(callAtenAll(info.aten, {x, e->attr<int64_t>("k"), dim, e->attr<bool>("largest"), e->attr<bool>("sorted")}), 2);
     case AtenArgs::Sort: {
-      std::vector<at::Tensor> both = tensorsOf(callAtenAll(info.aten, {x, a.stable, a.dim, a.descending}), 2);
+      std::vector<at::Tensor> both = tensorsOf(callAtenAll(info.aten, {x, e->attr<bool>("stable"), dim, e->attr<bool>("descending")}), 2);
       if (e->outputs().size() == 1) return {both[1]};  // argsort
       return both;
     }
-    case AtenArgs::DimIndex: return {callAten(info.aten, {x, a.dim, index(1)})};
-    case AtenArgs::DimIndexSrc: return {callAten(info.aten, {x, a.dim, index(1), in[2].tensor})};
+    case AtenArgs::DimIndex: return {callAten(info.aten, {x, dim, index(1)})};
+    case AtenArgs::DimIndexSrc: return {callAten(info.aten, {x, dim, index(1), in[2].tensor})};
     case AtenArgs::ScatterReduce:
-      return {callAten(info.aten, {x, a.dim, index(1), in[2].tensor,
-                                   std::string(toString(static_cast<ScatterReduction>(a.count))), a.stable})};
-    case AtenArgs::Cumsum: return {callAten(info.aten, {x, a.dim, toAten(a.dtype)})};
+      return {callAten(info.aten, {x, dim, index(1), in[2].tensor, e->attr<std::string>("reduce"),
+                                   e->attr<bool>("include_self")})};
+    case AtenArgs::Cumsum: return {callAten(info.aten, {x, dim, toAten(e->attr<DataType>("dtype"))})};
     case AtenArgs::Bincount: return {bincount(e, x)};
     default: MF_THROW_INTERNAL(info.name, " is not a mixture-of-experts op");
   }

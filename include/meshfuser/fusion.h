@@ -19,11 +19,13 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace mf {  // meshfuser's internals, opaque here
 class Fusion;
 class TensorView;
+class Val;
 }  // namespace mf
 
 namespace meshfuser {
@@ -68,10 +70,32 @@ class TensorView {
 
  private:
   friend class Fusion;
+  friend class Value;
   friend struct OpAccess;
   explicit TensorView(mf::TensorView* tv) : tv_(tv) {}
   mf::TensorView* tv_;
 };
+
+// A value of a Fusion, tensor or scalar: the operands and results of ops::op.
+class Value {
+ public:
+  Value(const TensorView& tv);  // NOLINT: a tensor is a value
+  bool isTensor() const;
+  TensorView tensor() const;  // a meshfuser::Error for a scalar
+  std::string toString() const;
+
+ private:
+  friend class Fusion;
+  friend struct OpAccess;
+  explicit Value(mf::Val* v) : v_(v) {}
+  mf::Val* v_;
+};
+
+// An op's attribute value; the op's registry entry declares each attribute's name and type
+// (int, bool, float, float or none, dtype, int list, name).
+using AttrValue =
+    std::variant<int64_t, bool, double, std::optional<double>, DataType, std::vector<int64_t>, std::string>;
+using Attrs = std::vector<std::pair<std::string, AttrValue>>;
 
 class Fusion {
  public:
@@ -85,6 +109,8 @@ class Fusion {
   // An input with a global shape (-1: symbolic; 1: broadcast). Inputs are passed to execute in the
   // order they were defined.
   TensorView defineTensor(const std::vector<int64_t>& shape, DataType dtype = DataType::Float);
+  // A constant scalar operand (of `dtype`'s category, as a Python number is in fd.ops).
+  Value constant(double value, DataType dtype = DataType::Double);
   void addOutput(const TensorView& tv);
   std::string toString() const;  // the IR with meshes and parallel types
   // Overlap of each linear's communication with its GEMM without a Stream schedule: "" (none),
@@ -99,6 +125,15 @@ class Fusion {
 };
 
 namespace ops {
+// Every op meshfuser has, by the name Python and the printed IR use (ops::names() lists them):
+// operands in the printed IR's order, attributes by their declared names. An attribute left out
+// takes its default; unknown ops or attributes, wrong types and invalid values are
+// meshfuser::Errors naming the op and the attribute. Returns the op's outputs.
+//   auto [values, indices] = ...: ops::op("topk", {x}, {{"k", int64_t{2}}, {"dim", int64_t{-1}}})
+std::vector<Value> op(const std::string& name, const std::vector<Value>& operands, const Attrs& attrs = {});
+std::vector<std::string> names();
+
+// Typed wrappers of the ops above (each goes through op()).
 TensorView linear(const TensorView& x, const TensorView& weight);
 TensorView linear(const TensorView& x, const TensorView& weight, const TensorView& bias);
 TensorView matmul(const TensorView& a, const TensorView& b);

@@ -53,6 +53,16 @@ class _IterDomainRef:
         return self._tv.axis_info(self._index)[3]
 
 
+def _set_allocation_domain(self, axes, contiguity=True):
+    """nvFuser's set_allocation_domain: the memory order of the loop axes (loop positions or tv.axis(i),
+    outermost first) and their contiguity (one bool, or one per axis). Outputs come back in this order;
+    an order the runtime cannot lay out (a split axis's pieces apart) is an error."""
+    positions = [a._index if isinstance(a, _IterDomainRef) else int(a) for a in axes]
+    flags = [bool(contiguity)] if isinstance(contiguity, (bool, int)) else [bool(c) for c in contiguity]
+    self._set_allocation_domain(positions, flags)
+
+
+TensorView.set_allocation_domain = _set_allocation_domain
 TensorView.axis = lambda self, i: _IterDomainRef(self, i)
 TensorView.axis.__doc__ = "Loop axis i (negative from the end): .parallelize(pt), .extent, .parallel_type."
 _set_device_mesh = TensorView.set_device_mesh
@@ -119,6 +129,9 @@ class _Ops(MoeOps):
             setattr(self, name, self._make_unary(getattr(OpType, name)))
         for name in _BINARY:
             setattr(self, name, self._make_binary(getattr(OpType, name)))
+        for name, kind, _has_attrs in _C.ops.table():
+            if kind != "exchange" and not hasattr(self, name):  # an op its registry entry defines alone: fd.ops.triu(x, diagonal=1)
+                setattr(self, name, self._make_generic(name))
 
     def _val(self, x):
         if isinstance(x, _C.Val):
@@ -133,21 +146,33 @@ class _Ops(MoeOps):
 
     def _make_unary(self, op):
         def unary(x):
-            return _C.ops.unary(op, self._tensor(x, op))
+            x = self._val(x)
+            if not isinstance(x, TensorView):
+                return _C.ops.scalar_op(op, [x])  # a scalar, usable as an operand
+            return _C.ops.unary(op, x)
         unary.__name__ = unary.__qualname__ = op.name
-        unary.__doc__ = f"fd.ops.{op.name}(x): elementwise {op.name} of a TensorView."
+        unary.__doc__ = f"fd.ops.{op.name}(x): elementwise {op.name} of a TensorView, or of a scalar (a scalar)."
         return unary
 
     def _make_binary(self, op):
         def binary(a, b):
             a, b = self._val(a), self._val(b)
             if not isinstance(a, TensorView) and not isinstance(b, TensorView):
-                return _C.ops.extent_arithmetic(op, a, b)  # integer scalars: sizes and bounds
+                # A scalar; integer add/sub/mul of sizes stay usable as shapes and bounds.
+                return _C.ops.scalar_op(op, [a, b])
             return _C.ops.binary(op, a, b)
         binary.__name__ = binary.__qualname__ = op.name
         binary.__doc__ = (f"fd.ops.{op.name}(a, b): elementwise {op.name} of TensorViews, scalars or Python numbers "
                           "(broadcast as in PyTorch).")
         return binary
+
+    def _make_generic(self, name):
+        def generic(*operands, **attrs):
+            return _C.ops.build(name, [self._val(x) for x in operands], attrs)
+        generic.__name__ = generic.__qualname__ = name
+        generic.__doc__ = (f"fd.ops.{name}(operands..., attribute=value...): the op as its registry entry declares "
+                           "it (attributes by name; left out: their defaults).")
+        return generic
 
     def _tensor(self, x, what):
         if not isinstance(x, TensorView):
@@ -189,10 +214,10 @@ class _Ops(MoeOps):
     def broadcast_in_dim(self, x, shape, broadcast_dims):
         """x broadcast to `shape`; broadcast_dims[i] is the output axis of x's axis i."""
         shape = list(shape)
-        if any(isinstance(s, _C.Val) for s in shape):
-            raise _C.ArgumentError(f"broadcast_in_dim: shape {shape} holds runtime extents (fd.ops.shape/size or "
-                                   "scalars); this version takes ints only (the input's own axes may be -1)")
-        return _C.ops.broadcast_in_dim(self._tensor(x, "broadcast_in_dim"), shape, list(broadcast_dims))
+        x = self._tensor(x, "broadcast_in_dim")
+        if any(isinstance(s, _C.Val) for s in shape):  # runtime extents: fd.ops.shape/size, scalar inputs
+            return _C.ops.broadcast_in_dim_vals(x, [self._val(s) for s in shape], list(broadcast_dims))
+        return _C.ops.broadcast_in_dim(x, shape, list(broadcast_dims))
 
     def broadcast(self, x, is_broadcast_dim):
         """nvFuser's broadcast: the output has an axis of extent 1 wherever is_broadcast_dim is True

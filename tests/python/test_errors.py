@@ -232,10 +232,12 @@ def test_execute_without_outputs():
 def test_op_on_python_number_where_tensor_expected():
     with FusionDefinition() as fd:
         fd.define_tensor([2, 3])
-        with pytest.raises(meshfuser.Error, match=r"exp: expected a TensorView; got float"):
-            fd.ops.exp(2.0)
-        with pytest.raises(meshfuser.Error, match=r"mul: at least one operand must be a tensor"):
-            fd.ops.mul(2.0, 3)
+        with pytest.raises(meshfuser.Error, match=r"cast: expected a TensorView; got float"):
+            fd.ops.cast(2.0, DataType.Half)
+        with pytest.raises(meshfuser.Error, match=r"matmul: expected a TensorView; got float"):
+            fd.ops.matmul(2.0, 3)
+        # Elementwise ops take scalars too and give a scalar (tests/python/test_nvfuser_api_gaps.py).
+        assert "6" in repr(fd.ops.mul(2.0, 3))
 
 
 def test_unknown_dump_option():
@@ -263,12 +265,14 @@ def test_errors_are_not_internal():
     assert "internal error" not in str(e.value)
 
 
-def test_broadcast_in_dim_with_a_runtime_shape_is_an_argument_error():
+def test_broadcast_in_dim_to_a_float_scalar_extent_is_an_argument_error():
+    # Runtime extents are integers (fd.ops.shape/size, integer scalars): tests/python/test_nvfuser_api_gaps.py.
     with FusionDefinition() as fd:
-        x = fd.define_tensor([-1, 8])
         w = fd.define_tensor([8])
-        with pytest.raises(meshfuser.Error, match=r"broadcast_in_dim: shape .* holds runtime extents") as e:
-            fd.ops.broadcast_in_dim(w, fd.ops.shape(x), [1])
+        s = fd.define_scalar(dtype=DataType.Double)
+        with pytest.raises(meshfuser.Error,
+                           match=r"broadcast_in_dim: shape axis 0 must be an integer; got a double scalar") as e:
+            fd.ops.broadcast_in_dim(w, [s, 8], [1])
         assert isinstance(e.value, ValueError)
 
 

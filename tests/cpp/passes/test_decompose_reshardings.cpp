@@ -204,7 +204,7 @@ TEST(DecomposeReshardings, CatAlongTheShardedAxisGathersThenSlices) {
   input T1_float[i2{2}, i3{3}] mesh=[0 1]
     OuterSplit(i2{2}, factor 2) -> iDIDx8{2}, i9{1}
     loop: [iDIDx8{2}, i9{1}, i3{3}]
-  T2 = cat(T0, T1, dims=[0])
+  T2 = cat(T0, T1, dim=0)
     T2_float[i4{6}, i5{3}] mesh=[0 1]
     OuterSplit(i4{6}, factor 2) -> iDIDx10{2}, i11{3}
     loop: [iDIDx10{2}, i11{3}, i5{3}]

@@ -134,7 +134,8 @@ def test_row_parallel_grouped_mm(multidevice_test):
             else:
                 out.set_device_mesh(mesh)
         ut, uw = torch.randn(4 * d, 4 * d), torch.randn(4, 4 * d, 6)
-        inputs = [multidevice_test.shard_tensor(ut, 1, mesh), multidevice_test.shard_tensor(uw, 1, mesh), offs]
+        inputs = [multidevice_test.shard_tensor(ut, 1, mesh), multidevice_test.shard_tensor(uw, 1, mesh),
+                  offs.to(multidevice_test.device)]
         (out_t,) = fd.execute(inputs)
         ref = _grouped(ut, uw, offs)
         expected = mesh.shard_tensor(ref, 0, multidevice_test.rank) if scatter else ref
@@ -163,8 +164,9 @@ def test_grouped_swiglu_mlp_tensor_parallel(multidevice_test):
         _shard(w_up, mesh, 2)
         _shard(w_down, mesh, 1)
     ux, ug, uu, ud = torch.randn(8, 8), torch.randn(3, 8, 2 * d), torch.randn(3, 8, 2 * d), torch.randn(3, 2 * d, 8)
-    inputs = [ux, multidevice_test.shard_tensor(ug, 2, mesh), multidevice_test.shard_tensor(uu, 2, mesh),
-              multidevice_test.shard_tensor(ud, 1, mesh), offs]
+    inputs = [ux.to(multidevice_test.device), multidevice_test.shard_tensor(ug, 2, mesh),
+              multidevice_test.shard_tensor(uu, 2, mesh),
+              multidevice_test.shard_tensor(ud, 1, mesh), offs.to(multidevice_test.device)]
     (out_t,) = fd.execute(inputs)
     ref = _grouped(torch.nn.functional.silu(_grouped(ux, ug, offs)) * _grouped(ux, uu, offs), ud, offs)
     torch.testing.assert_close(out_t.cpu(), ref, rtol=1e-4, atol=1e-4)
