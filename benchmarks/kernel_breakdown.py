@@ -44,6 +44,7 @@ def breakdown_ms(fn, iters=3, cpu=None):
         sync()
     totals = dict.fromkeys(CATEGORIES, 0.0)
     launches = 0
+    intervals = []
     top = {}
     wanted = torch.autograd.DeviceType.CPU if cpu else torch.autograd.DeviceType.CUDA
     by_class = {c: {} for c in CATEGORIES}
@@ -58,11 +59,16 @@ def breakdown_ms(fn, iters=3, cpu=None):
             continue
         us = evt.self_cpu_time_total if cpu else (evt.device_time if hasattr(evt, "device_time") else evt.cuda_time)
         cat = classify(evt.name)
+        if not cpu:
+            intervals.append((evt.time_range.start, evt.time_range.end))
         totals[cat] += us / 1e3 / iters
         launches += 1
         top[evt.name] = top.get(evt.name, 0.0) + us / 1e3 / iters
         by_class[cat][evt.name] = by_class[cat].get(evt.name, 0.0) + us / 1e3 / iters
     totals["total"] = sum(totals[c] for c in CATEGORIES)
+    # Idle GPU time inside the calls: the span from the first kernel's start to the last one's end,
+    # less the time some kernel ran (host-bound stretches, synchronizations, launch latency).
+    totals["idle"] = _idle_us(intervals) / 1e3 / iters if intervals else 0.0
     totals["launches"] = launches / iters
     totals["top"] = sorted(top.items(), key=lambda kv: -kv[1])[:8]
     # The small kernels are where fusion choices differ: the largest of each memory-bound class.
@@ -71,10 +77,20 @@ def breakdown_ms(fn, iters=3, cpu=None):
     return totals
 
 
+def _idle_us(intervals):
+    intervals.sort()
+    idle, end = 0.0, intervals[0][1]
+    for start, stop in intervals[1:]:
+        if start > end:
+            idle += start - end
+        end = max(end, stop)
+    return idle
+
+
 def print_breakdown(title, named):
     """named: {impl: breakdown_ms(...)}"""
     print(f"\n{title} (device ms per call by kernel class, torch.profiler)")
-    cols = CATEGORIES + ["total", "launches"]
+    cols = CATEGORIES + ["total", "idle", "launches"]
     print("impl".ljust(16) + "".join(c.rjust(11) for c in cols))
     for impl, b in named.items():
         print(impl.ljust(16) + "".join(f"{b[c]:11.3f}" for c in cols))

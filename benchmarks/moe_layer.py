@@ -92,6 +92,7 @@ def main():
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--no-backward", action="store_true")
+    parser.add_argument("--breakdown", action="store_true", help="torch.profiler kernel classes per impl (GPU)")
     args = parser.parse_args()
 
     comm = meshfuser.Communicator.instance()
@@ -178,6 +179,15 @@ def main():
                 r[f"{key[:-3]}_vs_eager"] = base["eager"][key] / r[key]
             if key in r and "torch.compile" in base and key in base["torch.compile"]:
                 r[f"{key[:-3]}_vs_compile"] = base["torch.compile"][key] / r[key]
+    if args.breakdown and cuda and rank == 0:
+        from kernel_breakdown import breakdown_ms, print_breakdown
+        impls = {"meshfuser": (mf_forward, None if train is None else mf_step), "eager": (eager, step(eager))}
+        if compiled is not None:
+            impls["torch.compile"] = (compiled, step(compiled))
+        with torch.no_grad():
+            print_breakdown("MoE layer forward", {name: breakdown_ms(f) for name, (f, _) in impls.items()})
+        if not args.no_backward:
+            print_breakdown("MoE layer forward+backward", {name: breakdown_ms(st) for name, (_, st) in impls.items()})
     exchanges = exchange_profile(fwd, inputs) if d > 1 else []
     if rank == 0:
         title = (f"MoE layer on {d} rank(s) ({device.type}), {cfg.tokens} tokens/rank, hidden {cfg.hidden}, "
