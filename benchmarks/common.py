@@ -35,6 +35,22 @@ def time_ms(fn, warmup=5, iters=20, sync=None, batch=5):
     return statistics.median(samples)
 
 
+def host_ms(fn, iters=5):
+    """Host milliseconds per call of fn() (the time to issue its work, not to run it): calls issued
+    back to back after a synchronization, timed on the CPU. Where it exceeds the device time per
+    call, the GPU waits on the host."""
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    elapsed = time.perf_counter() - t0
+    if cuda:
+        torch.cuda.synchronize()
+    return elapsed / iters * 1e3
+
+
 def print_table(title, rows, columns):
     print(f"\n{title}")
     widths = [max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns]

@@ -1,7 +1,7 @@
 // Lowering a pass-pipeline-processed Fusion to one rank's host program.
 // Requires: every resharding expr is a single `set` or a single-axis device reduction
 //   (decompose_reshardings).
-// Guarantees: compute exprs are grouped into segments in topological order; each resharding expr
+// Guarantees: compute exprs are grouped into segments in the order of host/segment_order.cpp; each resharding expr
 //   becomes one Communication chosen by the table of docs/design.md section 6, with its team taken from
 //   the mesh slice along the parallel type that changes; a Wait sits right before the first use of
 //   a communication's output; a Deallocate follows each intermediate's last use. Exprs whose
@@ -11,6 +11,7 @@
 #include <set>
 
 #include "host/host_program.h"
+#include "host/segment_order.h"
 #include "ir/domain_map.h"
 #include "multidevice/sharding.h"
 #include "support/error.h"
@@ -227,7 +228,8 @@ std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, 
       pending.erase(it);
     }
   };
-  for (Expr* e : f.exprs()) {
+  // Fusible work split by an independent GEMM or communication is moved next to its consumers first.
+  for (Expr* e : orderForSegments(f.exprs(), closesSegment)) {
     const bool exchange = isExchange(e->op());
     if (exchange || isResharding(e)) {
       Communication c = exchange ? lowerExchange(*hp, e, rank) : lowerResharding(*hp, e, rank);

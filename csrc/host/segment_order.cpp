@@ -1,0 +1,92 @@
+// Ordering exprs for segment formation.
+//
+// Requires: exprs in a topological order; runs_alone(e) true for the exprs that never share a segment
+//   (lowering closes the open segment before and after them).
+// Guarantees: a topological order of the same exprs in which the exprs that run alone keep their
+//   relative order, and each other expr sits in one of the gaps between two of them:
+//   - an expr on a path to an expr that runs alone goes in the last gap before its first such
+//     consumer (as late as possible), so pointwise work split by an independent GEMM (silu(gate)
+//     before the up projection, mul(silu, up) after it) meets its consumers in one segment;
+//   - an expr on no such path (it only feeds outputs: a bias gradient's column sum, a saved
+//     activation) goes in the gap of its latest producer, so it joins the segment that already
+//     reads its operands instead of a segment of its own after the last GEMM; if its consumers sit
+//     in a later gap, it goes with the first of them (work on inputs alone is not hoisted to the
+//     first segment, away from what reads it).
+//   Exprs in one gap keep their given relative order. The order depends on the fusion only (never on
+//   the rank), so every rank posts its communications in the same order.
+#include "host/segment_order.h"
+
+#include <algorithm>
+#include <limits>
+#include <unordered_map>
+
+#include "ir/op_registry.h"
+#include "multidevice/sharding.h"
+
+namespace mf {
+
+bool closesSegment(const Expr* e) { return isExchange(e->op()) || isResharding(e) || runsAlone(e->op()); }
+
+std::vector<Expr*> orderForSegments(const std::vector<Expr*>& exprs, const std::function<bool(const Expr*)>& runs_alone) {
+  const size_t n = exprs.size();
+  constexpr int64_t kFree = std::numeric_limits<int64_t>::max();  // no consumer that runs alone
+  std::unordered_map<const Val*, size_t> producer;
+  std::vector<int64_t> alone_rank(n, -1);  // the k-th expr that runs alone has rank k
+  int64_t alone_count = 0;
+  for (size_t i = 0; i < n; ++i) {
+    for (const Val* v : exprs[i]->outputs()) producer[v] = i;
+    if (runs_alone(exprs[i])) alone_rank[i] = alone_count++;
+  }
+  std::vector<std::vector<size_t>> consumers(n), producers(n);
+  for (size_t i = 0; i < n; ++i) {
+    for (const Val* v : exprs[i]->inputs()) {
+      auto it = producer.find(v);
+      if (it == producer.end()) continue;
+      producers[i].push_back(it->second);
+      consumers[it->second].push_back(i);
+    }
+  }
+  // gap[i]: exprs in gap g run after the g-th alone expr's predecessors and before alone expr g.
+  std::vector<int64_t> earliest(n, 0), gap(n, kFree);
+  for (size_t i = 0; i < n; ++i) {
+    if (alone_rank[i] >= 0) continue;
+    for (size_t p : producers[i]) earliest[i] = std::max(earliest[i], alone_rank[p] >= 0 ? alone_rank[p] + 1 : earliest[p]);
+  }
+  for (size_t i = n; i-- > 0;) {  // as late as the consumers that run alone allow
+    if (alone_rank[i] >= 0) continue;
+    for (size_t c : consumers[i]) gap[i] = std::min(gap[i], alone_rank[c] >= 0 ? alone_rank[c] : gap[c]);
+  }
+  std::vector<bool> feeds_outputs_only(n, false);
+  for (size_t i = 0; i < n; ++i) {  // what only feeds outputs: with its latest producer
+    if (alone_rank[i] >= 0 || gap[i] != kFree) continue;
+    feeds_outputs_only[i] = true;
+    gap[i] = earliest[i];
+    for (size_t p : producers[i]) {
+      if (alone_rank[p] < 0) gap[i] = std::max(gap[i], gap[p]);
+    }
+  }
+  for (size_t i = n; i-- > 0;) {  // ... unless its consumers come later: then with them
+    if (!feeds_outputs_only[i] || consumers[i].empty()) continue;
+    int64_t first_consumer = kFree;
+    for (size_t c : consumers[i]) first_consumer = std::min(first_consumer, gap[c]);
+    gap[i] = std::max(gap[i], first_consumer);
+  }
+  std::vector<std::vector<Expr*>> gaps(static_cast<size_t>(alone_count) + 1);
+  std::vector<Expr*> alone;
+  for (size_t i = 0; i < n; ++i) {
+    if (alone_rank[i] >= 0) {
+      alone.push_back(exprs[i]);
+    } else {
+      gaps[static_cast<size_t>(std::min<int64_t>(gap[i], alone_count))].push_back(exprs[i]);
+    }
+  }
+  std::vector<Expr*> order;
+  order.reserve(n);
+  for (size_t g = 0; g < gaps.size(); ++g) {
+    order.insert(order.end(), gaps[g].begin(), gaps[g].end());
+    if (g < alone.size()) order.push_back(alone[g]);
+  }
+  return order;
+}
+
+}  // namespace mf

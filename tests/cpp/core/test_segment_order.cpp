@@ -1,0 +1,109 @@
+// Segment formation order (host/segment_order.cpp): fusible work split by an independent GEMM
+// meets its consumers in one segment; work that only feeds outputs joins its producer's segment;
+// the exprs that run alone keep their order.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "../support/check_lines.h"
+#include "host/host_program.h"
+#include "host/segment_order.h"
+#include "ir/ops.h"
+
+namespace mf {
+namespace {
+
+void expectHostProgram(std::unique_ptr<Fusion> f, const std::string& checks) {
+  std::string text = lowerToHostProgram(std::move(f), 0)->toString();
+  CheckLinesResult r = checkLines(text, checks);
+  EXPECT_TRUE(r.ok) << r.message << "\n" << text;
+}
+
+// SwiGLU as written: silu(gate) is defined before the up projection, mul after it.
+TEST(SegmentOrderTest, PointwiseSplitByAnIndependentGemmIsOneSegment) {
+  auto f = std::make_unique<Fusion>();
+  TensorView* x = defineTensor(*f, {4, 8}, DataType::Float);
+  TensorView* w_gate = defineTensor(*f, {6, 8}, DataType::Float);
+  TensorView* w_up = defineTensor(*f, {6, 8}, DataType::Float);
+  TensorView* w_down = defineTensor(*f, {8, 6}, DataType::Float);
+  TensorView* gate = unaryOp(OpType::Silu, linear(x, w_gate));
+  TensorView* act = binaryOp(OpType::Mul, gate, linear(x, w_up));
+  f->addOutput(linear(act, w_down));
+  expectHostProgram(std::move(f), R"CHECK(
+CHECK: run segment 0: [[G:T[0-9]+]] = linear(T0, T1)
+CHECK-NEXT: run segment 1: [[U:T[0-9]+]] = linear(T0, T2)
+CHECK-NEXT: run segment 2: [[S:T[0-9]+]] = silu([[G]]); [[M:T[0-9]+]] = mul([[S]], [[U]])
+CHECK: run segment 3: {{T[0-9]+}} = linear([[M]], T3)
+)CHECK");
+}
+
+// A bias gradient's column sum only feeds an output: it joins the pointwise segment that makes its
+// operand, not a segment of its own after the last GEMM.
+TEST(SegmentOrderTest, ReductionThatOnlyFeedsAnOutputJoinsItsProducer) {
+  auto f = std::make_unique<Fusion>();
+  TensorView* dy = defineTensor(*f, {4, 8}, DataType::Float);
+  TensorView* pre = defineTensor(*f, {4, 8}, DataType::Float);
+  TensorView* w = defineTensor(*f, {8, 6}, DataType::Float);
+  TensorView* grad = binaryOp(OpType::Mul, dy, unaryOp(OpType::Sigmoid, pre));
+  TensorView* dx = matmul(grad, w);
+  TensorView* dw = matmul(permute(grad, {1, 0}), pre);
+  f->addOutput(dx);
+  f->addOutput(dw);
+  f->addOutput(reductionOp(OpType::Sum, grad, {0}));
+  expectHostProgram(std::move(f), R"CHECK(
+CHECK: run segment 0: [[S:T[0-9]+]] = sigmoid(T1); [[G:T[0-9]+]] = mul(T0, [[S]]); {{T[0-9]+}} = sum([[G]], dims=[0])
+CHECK: run segment 1: {{T[0-9]+}} = matmul([[G]], T2)
+CHECK-NOT: sum(
+CHECK: matmul(
+CHECK-NOT: sum(
+CHECK: outputs:
+)CHECK");
+}
+
+// Work on inputs alone that feeds a later reduction is not hoisted into the first segment: it stays
+// with what reads it.
+TEST(SegmentOrderTest, WorkOnInputsStaysWithItsConsumers) {
+  auto f = std::make_unique<Fusion>();
+  TensorView* x = defineTensor(*f, {4, 8}, DataType::Float);
+  TensorView* w = defineTensor(*f, {8, 8}, DataType::Float);
+  TensorView* scale = binaryOp(OpType::Mul, x, x);  // only feeds the sum below
+  TensorView* y = matmul(unaryOp(OpType::Exp, x), w);
+  f->addOutput(y);
+  f->addOutput(reductionOp(OpType::Sum, binaryOp(OpType::Mul, y, scale), {0}));
+  expectHostProgram(std::move(f), R"CHECK(
+CHECK: run segment 0: [[E:T[0-9]+]] = exp(T0)
+CHECK-NOT: mul(
+CHECK: run segment 1: [[Y:T[0-9]+]] = matmul([[E]], T1)
+CHECK: run segment 2: [[S:T[0-9]+]] = mul(T0, T0); [[P:T[0-9]+]] = mul([[Y]], [[S]]); {{T[0-9]+}} = sum([[P]], dims=[0])
+)CHECK");
+}
+
+// The exprs that run alone keep their given order, whatever the fusible work around them.
+TEST(SegmentOrderTest, ExprsThatRunAloneKeepTheirOrder) {
+  auto f = std::make_unique<Fusion>();
+  TensorView* a = defineTensor(*f, {4, 4}, DataType::Float);
+  TensorView* b = defineTensor(*f, {4, 4}, DataType::Float);
+  TensorView* m1 = matmul(a, b);
+  TensorView* m2 = matmul(b, a);
+  TensorView* m3 = matmul(unaryOp(OpType::Exp, m1), b);
+  f->addOutput(binaryOp(OpType::Add, m2, m3));
+  std::vector<Expr*> given = f->exprs();
+  std::vector<Expr*> order = orderForSegments(given, closesSegment);
+  auto matmuls = [](const std::vector<Expr*>& exprs) {
+    std::vector<Expr*> m;
+    for (Expr* e : exprs) {
+      if (e->op() == OpType::Matmul) m.push_back(e);
+    }
+    return m;
+  };
+  ASSERT_EQ(matmuls(order).size(), 3u);
+  EXPECT_EQ(matmuls(order), matmuls(given));
+  // exp(m1) feeds only m3: it runs right before m3, after the other two.
+  auto exp = std::find_if(order.begin(), order.end(), [](Expr* e) { return e->op() == OpType::Exp; });
+  ASSERT_NE(exp, order.end());
+  EXPECT_EQ(exp[1]->out(), m3);
+  EXPECT_EQ(exp - order.begin(), 2);
+}
+
+}  // namespace
+}  // namespace mf
