@@ -11,6 +11,7 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <cmath>
 
 #include "runtime/attention_choice.h"
@@ -43,8 +44,10 @@ at::Tensor rngScalar(int64_t value, const at::Tensor& like) {
 // One call's tensors as its kernel reads them, and the kernel.
 struct KernelCall {
   at::Tensor q, k, v;
+  at::Tensor k_repeated, v_repeated;  // grouped-query attention: the heads repeated, if the kernel needs them
   int64_t head_dim = 0;  // unpadded
   int64_t kv_groups = 1;  // query heads per key/value head
+  bool native_groups = false;  // the kernel reads the fewer key/value heads itself (no repeated copies)
   double scale = 1.0;
   AttentionKernel kernel = AttentionKernel::Math;
   bool fused() const { return kernel != AttentionKernel::Math && kernel != AttentionKernel::CpuFlash; }
@@ -53,7 +56,7 @@ struct KernelCall {
   // A key/value gradient of the repeated heads, summed back onto the heads the caller has, in the
   // [batch, seq, heads, head_dim] layout (so that merging its heads after is a view).
   at::Tensor ungroup(const at::Tensor& t) const {
-    if (kv_groups == 1) return t;
+    if (kv_groups == 1 || native_groups) return t;
     at::Tensor bshd = t.transpose(1, 2);
     return bshd.reshape({t.size(0), t.size(2), t.size(1) / kv_groups, kv_groups, t.size(3)})
         .sum(3, /*keepdim=*/false, at::kFloat)
@@ -61,6 +64,14 @@ struct KernelCall {
         .transpose(1, 2);
   }
 };
+
+// Whether `kernel` has taken key/value heads fewer than the query heads in this process (cuDNN's
+// and flash attention's kernels do, on recent PyTorch): it then runs without the repeated copies
+// (two [batch, heads, seq, head_dim] copies forward, their sums backward); a refusal turns it off.
+std::atomic<bool>& nativeGroupsAllowed(AttentionKernel kernel) {
+  static std::atomic<bool> cudnn{true}, flash{true};
+  return kernel == AttentionKernel::Cudnn ? cudnn : flash;
+}
 
 // Key/value heads repeated for grouped-query attention, [batch, heads, seq, head_dim] laid out as
 // [batch, seq, heads, head_dim]: the kernels write the gradients in their input's layout.
@@ -122,8 +133,34 @@ KernelCall prepare(const Expr* e, const at::Tensor& q, const at::Tensor& k, cons
     c.k = kp;
     c.v = vp;
   }
+  if (c.kv_groups > 1 && (c.kernel == AttentionKernel::Cudnn || c.kernel == AttentionKernel::Flash) &&
+      nativeGroupsAllowed(c.kernel).load()) {
+    c.k_repeated = c.k;
+    c.v_repeated = c.v;
+    c.k = padLastDim(to4dStrided(k), padded);
+    c.v = padLastDim(to4dStrided(v), padded);
+    c.native_groups = true;
+  }
   recordAttentionKernel(e, c.kernel);
   return c;
+}
+
+// Runs `call` on the fewer key/value heads where the kernel takes them; if it refuses, never again
+// in this process, and on the repeated heads now.
+template <typename Fn>
+void runGrouped(const Expr* e, KernelCall& c, Fn&& call) {
+  if (c.native_groups) {
+    try {
+      call();
+      return;
+    } catch (const c10::Error&) {
+      nativeGroupsAllowed(c.kernel).store(false);
+      c.k = c.k_repeated;
+      c.v = c.v_repeated;
+      c.native_groups = false;
+    }
+  }
+  runKernel(e, c, call);
 }
 
 // Runs `fn`; a PyTorch error from a forced kernel names the kernel and the variable.
@@ -152,7 +189,7 @@ std::vector<at::Tensor> forward(const Expr* e, const std::vector<RuntimeValue>& 
   }
   KernelCall c = prepare(e, q, in[1].tensor, in[2].tensor);
   at::Tensor attn, lse, seed = rngScalar(0, q), offset = rngScalar(0, q);
-  runKernel(e, c, [&] {
+  runGrouped(e, c, [&] {
     switch (c.kernel) {
       case AttentionKernel::Cudnn: {
         auto r = at::_scaled_dot_product_cudnn_attention(c.q, c.k, c.v, std::nullopt, /*compute_log_sumexp=*/true,
@@ -218,7 +255,7 @@ std::vector<at::Tensor> backward(const Expr* e, const std::vector<RuntimeValue>&
   const at::Tensor& offset = in[7].tensor;
   const int64_t seq_q = c.q.size(2), seq_k = c.k.size(2);
   at::Tensor gq, gk, gv;
-  runKernel(e, c, [&] {
+  runGrouped(e, c, [&] {
     switch (c.kernel) {
       case AttentionKernel::Cudnn: {
         at::Tensor none;

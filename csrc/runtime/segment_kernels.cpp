@@ -46,6 +46,26 @@ SegmentKernels::Piece makePiece(const std::vector<Expr*>& exprs, const Fusion& f
   return p;
 }
 
+// How far past an expr that ends a kernel planning looks for one that lets the kernel go on.
+constexpr size_t kLookahead = 6;
+
+// The segment's exprs with the views of its inputs first (the broadcasts of RoPE's cos and sin
+// tables): met between two pointwise exprs they would end a kernel that could run through them.
+std::vector<Expr*> inputViewsFirst(const std::vector<Expr*>& exprs) {
+  std::unordered_set<const Val*> produced;
+  for (const Expr* e : exprs) {
+    for (const Val* v : e->outputs()) produced.insert(v);
+  }
+  std::vector<Expr*> views, rest;
+  for (Expr* e : exprs) {
+    bool of_inputs = opInfo(e->op()).aten_view &&
+                     std::none_of(e->inputs().begin(), e->inputs().end(), [&](const Val* v) { return produced.count(v); });
+    (of_inputs ? views : rest).push_back(e);
+  }
+  views.insert(views.end(), rest.begin(), rest.end());
+  return views;
+}
+
 bool sameArgs(const std::vector<KernelTensorArg>& a, const std::vector<KernelTensorArg>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -204,15 +224,35 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
     finish(std::move(whole));
     return;
   }
+  const std::vector<Expr*> ordered = inputViewsFirst(exprs);
   std::vector<Expr*> group;
   std::optional<Piece> accepted;  // the kernel for `group`
-  for (Expr* e : exprs) {
+  for (size_t i = 0; i < ordered.size(); ++i) {
+    Expr* e = ordered[i];
     std::vector<Expr*> grown = group;
     grown.push_back(e);
     Piece candidate = makePiece(grown, fusion, values, device_);
     if (candidate.kernel) {
       group = std::move(grown);
       accepted = std::move(candidate);
+      continue;
+    }
+    // A later prefix may close what this one leaves open (RoPE: x * cos, then the two slices of x
+    // and the cat that joins them: outputs of two shapes until the cat). Only the same scheduler:
+    // a pointwise run must not become a transpose that writes a second layout.
+    size_t joined = 0;
+    for (size_t j = i + 1; accepted && j < std::min(ordered.size(), i + 1 + kLookahead); ++j) {
+      grown.push_back(ordered[j]);
+      Piece later = makePiece(grown, fusion, values, device_);
+      if (later.kernel && later.kernel->scheduler == accepted->kernel->scheduler) {
+        group = grown;
+        accepted = std::move(later);
+        joined = j;
+        break;
+      }
+    }
+    if (joined > 0) {
+      i = joined;
       continue;
     }
     if (accepted) finish(std::move(*accepted));
