@@ -12,12 +12,15 @@
 //     reads its operands instead of a segment of its own after the last GEMM; if its consumers sit
 //     in a later gap, it goes with the first of them (work on inputs alone is not hoisted to the
 //     first segment, away from what reads it).
+//   - then computing work moves to the first earlier gap where it reads what is already made or
+//     read there (siblings reading one GEMM's output: one kernel, one read; joinSiblings).
 //   Exprs in one gap keep their given relative order. The order depends on the fusion only (never on
 //   the rank), so every rank posts its communications in the same order.
 #include "host/segment_order.h"
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <unordered_map>
 
 #include "ir/op_registry.h"
@@ -26,6 +29,66 @@
 namespace mf {
 
 bool closesSegment(const Expr* e) { return isExchange(e->op()) || isResharding(e) || runsAlone(e->op()); }
+
+namespace {
+
+// Moves computing work to the first earlier gap where it reads what is already read or made there:
+// SwiGLU's backward computes dgate = dy * up * silu'(gate) right after dy's GEMM and dup = dy *
+// silu(gate) before its own GEMM, both reading dy and gate; in one gap they are one kernel that
+// reads them once (the price: dup is held across one GEMM). Views and layout ops stay (a permute
+// joining a pointwise kernel would make it write a transposed copy), and a shared fusion input
+// alone is no reason to move (it would pull work on the input into the first segment).
+void joinSiblings(const std::vector<Expr*>& exprs, const std::vector<std::vector<size_t>>& producers,
+                  const std::vector<int64_t>& alone_rank, const std::vector<int64_t>& earliest,
+                  const std::vector<bool>& feeds_outputs_only, std::vector<int64_t>& gap) {
+  const size_t n = exprs.size();
+  auto moves = [&](size_t i) {
+    const OpInfo& info = opInfo(exprs[i]->op());
+    return alone_rank[i] < 0 && !feeds_outputs_only[i] && info.kind != OpKind::Layout && !info.aten_view;
+  };
+  // How many exprs of each gap read each value made by a GEMM, attention or communication.
+  std::map<int64_t, std::unordered_map<const Val*, int>> reads;
+  std::unordered_map<const Val*, size_t> made_by;
+  for (size_t i = 0; i < n; ++i) {
+    for (const Val* v : exprs[i]->outputs()) made_by[v] = i;
+  }
+  auto alone_made = [&](const Val* v) {
+    auto it = made_by.find(v);
+    return it != made_by.end() && alone_rank[it->second] >= 0;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    if (alone_rank[i] >= 0) continue;
+    for (const Val* v : exprs[i]->inputs()) {
+      if (alone_made(v)) ++reads[gap[i]][v];
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    if (!moves(i)) continue;
+    int64_t lo = earliest[i];
+    for (size_t p : producers[i]) {
+      if (alone_rank[p] < 0) lo = std::max(lo, gap[p]);
+    }
+    for (int64_t g = lo; g < gap[i]; ++g) {
+      bool shares = false;
+      for (const Val* v : exprs[i]->inputs()) {
+        auto it = made_by.find(v);
+        if (it == made_by.end()) continue;
+        const size_t p = it->second;
+        shares = shares || (alone_rank[p] < 0 && gap[p] == g) || (alone_rank[p] >= 0 && reads[g].count(v) > 0);
+      }
+      if (!shares) continue;
+      for (const Val* v : exprs[i]->inputs()) {
+        if (!alone_made(v)) continue;
+        if (--reads[gap[i]][v] == 0) reads[gap[i]].erase(v);
+        ++reads[g][v];
+      }
+      gap[i] = g;
+      break;
+    }
+  }
+}
+
+}  // namespace
 
 std::vector<Expr*> orderForSegments(const std::vector<Expr*>& exprs, const std::function<bool(const Expr*)>& runs_alone) {
   const size_t n = exprs.size();
@@ -71,6 +134,7 @@ std::vector<Expr*> orderForSegments(const std::vector<Expr*>& exprs, const std::
     for (size_t c : consumers[i]) first_consumer = std::min(first_consumer, gap[c]);
     gap[i] = std::max(gap[i], first_consumer);
   }
+  joinSiblings(exprs, producers, alone_rank, earliest, feeds_outputs_only, gap);
   std::vector<std::vector<Expr*>> gaps(static_cast<size_t>(alone_count) + 1);
   std::vector<Expr*> alone;
   for (size_t i = 0; i < n; ++i) {

@@ -78,6 +78,31 @@ CHECK: run segment 2: [[S:T[0-9]+]] = mul(T0, T0); [[P:T[0-9]+]] = mul([[Y]], [[
 )CHECK");
 }
 
+// SwiGLU's backward: both gradients read the same GEMM output; the one its GEMM needs later joins
+// the first one's segment (one kernel, one read of dy) instead of running after the first GEMM.
+TEST(SegmentOrderTest, SiblingsReadingOneGemmOutputShareASegment) {
+  auto f = std::make_unique<Fusion>();
+  TensorView* g = defineTensor(*f, {4, 8}, DataType::Float);
+  TensorView* w_down = defineTensor(*f, {8, 6}, DataType::Float);
+  TensorView* gate = defineTensor(*f, {4, 6}, DataType::Float);
+  TensorView* up = defineTensor(*f, {4, 6}, DataType::Float);
+  TensorView* w_gate = defineTensor(*f, {6, 8}, DataType::Float);
+  TensorView* w_up = defineTensor(*f, {6, 8}, DataType::Float);
+  TensorView* dy = matmul(g, w_down);
+  TensorView* sig = unaryOp(OpType::Sigmoid, gate);  // silu(gate) = gate * sig, as the Llama block writes it
+  TensorView* d_gate = binaryOp(OpType::Mul, binaryOp(OpType::Mul, dy, up), sig);
+  TensorView* dx_gate = matmul(d_gate, w_gate);
+  TensorView* d_up = binaryOp(OpType::Mul, dy, binaryOp(OpType::Mul, gate, sig));
+  f->addOutput(binaryOp(OpType::Add, dx_gate, matmul(d_up, w_up)));
+  expectHostProgram(std::move(f), R"CHECK(
+CHECK: run segment 0: [[DY:T[0-9]+]] = matmul(T0, T1)
+CHECK: run segment 1: {{.*}}[[S:T[0-9]+]] = sigmoid(T2){{.*}}[[G:T[0-9]+]] = mul(T2, [[S]]); {{T[0-9]+}} = mul([[DY]], [[G]])
+CHECK: run segment 2: {{T[0-9]+}} = matmul(
+CHECK-NOT: mul(
+CHECK: run segment 3: {{T[0-9]+}} = matmul(
+)CHECK");
+}
+
 // The exprs that run alone keep their given order, whatever the fusible work around them.
 TEST(SegmentOrderTest, ExprsThatRunAloneKeepTheirOrder) {
   auto f = std::make_unique<Fusion>();
