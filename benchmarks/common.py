@@ -7,6 +7,18 @@ import time
 import torch
 
 
+def rank_setup():
+    """(ranks, rank, device, dtype) for a benchmark run alone or under torchrun: this
+    rank's GPU in bf16 where there is one, else the CPU in float32 (a smoke run)."""
+    import meshfuser
+    comm = meshfuser.Communicator.instance()
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda", comm.local_rank()) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    return comm.size(), comm.rank(), device, torch.bfloat16 if cuda else torch.float32
+
+
 def time_ms(fn, warmup=5, iters=20, sync=None, batch=5):
     """Median milliseconds per call of fn(). On GPUs each sample times `batch` back-to-back calls
     between two events (as a training step issues layers), so host work overlaps device work."""

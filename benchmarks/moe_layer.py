@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import meshfuser
-from common import print_table, time_ms, write_json
+from common import print_table, rank_setup, time_ms, write_json
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 import moe_layer as moe  # noqa: E402
@@ -95,13 +95,8 @@ def main():
     parser.add_argument("--breakdown", action="store_true", help="torch.profiler kernel classes per impl (GPU)")
     args = parser.parse_args()
 
-    comm = meshfuser.Communicator.instance()
-    d, rank = comm.size(), comm.rank()
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", comm.local_rank()) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    dtype = torch.bfloat16 if cuda else torch.float32
+    d, rank, device, dtype = rank_setup()
+    cuda = device.type == "cuda"
     cfg = moe.MoeConfig(tokens=args.tokens, hidden=args.hidden, ffn=args.ffn, experts=args.experts, topk=args.topk,
                         shared_ffn=args.shared_ffn, dtype=dtype)
     if not cuda:  # CPU: a smoke run of the same code

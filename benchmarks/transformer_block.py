@@ -25,7 +25,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import meshfuser
-from common import host_ms, print_table, time_ms, write_json
+from common import host_ms, print_table, rank_setup, time_ms, write_json
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 import transformer_blocks as blocks  # noqa: E402
@@ -210,13 +210,8 @@ def main():
                         help="meshfuser's own profile: the slowest segments that are not GEMMs or attention")
     args = parser.parse_args()
 
-    comm = meshfuser.Communicator.instance()
-    d, rank = comm.size(), comm.rank()
-    cuda = torch.cuda.is_available()
-    device = torch.device("cuda", comm.local_rank()) if cuda else torch.device("cpu")
-    if cuda:
-        torch.cuda.set_device(device)
-    dtype = torch.bfloat16 if cuda else torch.float32
+    d, rank, device, dtype = rank_setup()
+    cuda = device.type == "cuda"
     b, s, e, h, kvh, ffn = args.batch, args.seq, args.hidden, args.heads, args.kv_heads, args.ffn
     if not cuda:  # CPU: a smoke run of the same code
         s, e, h, kvh, ffn = min(s, 64), min(e, 64), min(h, 4), min(kvh, 2), min(ffn, 96)

@@ -2,7 +2,7 @@
 dim (Shard(0): tokens over the data-parallel ranks, expert weights on their expert axis) are this
 rank's block, and outputs come back Shard(0) (or Partial()) on that mesh dim (see meshfuser.dtensor)."""
 from . import _C
-from .dtensor_placements import _is_dtensor, _parallel_type, _torch
+from .dtensor_placements import _is_dtensor, _parallel_type, _torch, global_dtensor
 
 
 def _expert_mesh_dim(inputs, expert_parallel):
@@ -40,7 +40,7 @@ def _rank_local_inputs(inputs, placements, expert_dim):
 def _execute_expert_parallel(fd, inputs, local_inputs, expert_dim, partial_outputs):
     """Runs fd on the local tensors; outputs are Shard(0) (or Partial()) on the expert mesh dim and
     keep the other mesh dims' shardings."""
-    torch, DTensor, Shard, Replicate, Partial = _torch()
+    _, _, Shard, Replicate, Partial = _torch()
     torch_mesh = next(t.device_mesh for t in inputs if _is_dtensor(t))
     locals_ = [t.to_local() if _is_dtensor(t) else t for t in inputs]
     outputs = fd._handle.execute(locals_)
@@ -60,10 +60,5 @@ def _execute_expert_parallel(fd, inputs, local_inputs, expert_dim, partial_outpu
                 shape[axis] *= torch_mesh.size(mesh_dim)
             else:
                 placements.append(Replicate())
-        stride, acc = [0] * len(shape), 1
-        for a in range(len(shape) - 1, -1, -1):
-            stride[a] = acc
-            acc *= shape[a]
-        wrapped.append(DTensor.from_local(local, torch_mesh, placements, run_check=False, shape=tuple(shape),
-                                          stride=tuple(stride)))
+        wrapped.append(global_dtensor(local, torch_mesh, placements, shape))
     return wrapped

@@ -169,13 +169,20 @@ def _wrap_outputs(fd, outputs, torch_meshes, device_type):
                 shape[axis] *= tm.size(mesh_dim)
             else:
                 placements.append(Replicate())
-        stride, acc = [0] * len(shape), 1
-        for a in range(len(shape) - 1, -1, -1):
-            stride[a] = acc
-            acc *= shape[a]
-        wrapped.append(DTensor.from_local(local, tm, placements, run_check=False, shape=tuple(shape),
-                                          stride=tuple(stride)))
+        wrapped.append(global_dtensor(local, tm, placements, shape))
     return wrapped, shardings
+
+
+def global_dtensor(local, torch_mesh, placements, global_shape):
+    """DTensor.from_local for a local shard whose global shape meshfuser knows (no check across
+    ranks), with the contiguous global strides."""
+    _, DTensor, _, _, _ = _torch()
+    stride, acc = [0] * len(global_shape), 1
+    for a in range(len(global_shape) - 1, -1, -1):
+        stride[a] = acc
+        acc *= global_shape[a]
+    return DTensor.from_local(local, torch_mesh, placements, run_check=False, shape=tuple(global_shape),
+                              stride=tuple(stride))
 
 
 def execute_with_dtensors(fd, inputs):

@@ -17,6 +17,9 @@ from meshfuser import DeviceMesh
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3] / "examples"))
 import transformer_blocks as blocks  # noqa: E402
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+from block_checks import assert_bf16_step_close  # noqa: E402
+
 pytestmark = pytest.mark.timeout(120)
 TOL = dict(rtol=1e-4, atol=1e-4)
 FORWARD_COMMS = {"tp": ["Allreduce"] * 2, "sp": ["Allgather", "ReduceScatter"] * 2}
@@ -133,15 +136,5 @@ def test_llama_block_training_step_in_bfloat16(multidevice_test):
     grads = blocks.llama_backward_definition(b, s, h, hd, ffn, d, "tp", dtype, kvh).execute(
         blocks.llama_backward_inputs(dy.to(multidevice_test.device), outputs, x, local))
 
-    def close(actual, want, what):
-        assert actual.dtype == torch.bfloat16, what
-        error = (actual.float().cpu() - want).abs().max().item()
-        scale = max(want.abs().max().item(), dy.float().abs().max().item())
-        assert error <= 0.05 * scale, f"{what}: max error {error} (scale {scale})"
-
-    close(outputs[0], expected_out, "output")
-    for n, actual in zip(blocks.LLAMA_GRADS, grads):
-        want = expected_grads[n]
-        if n in blocks.LLAMA_SPLIT:
-            want = mesh.shard_tensor(want, blocks.LLAMA_SPLIT[n], rank)
-        close(actual, want, f"grad of {n}")
+    assert_bf16_step_close(outputs[0], grads, blocks.LLAMA_GRADS, blocks.LLAMA_SPLIT, expected_out, expected_grads, dy,
+                           mesh, rank)
