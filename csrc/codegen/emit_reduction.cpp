@@ -181,7 +181,7 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
   if (split) {
     const std::string tid = "threadIdx.y * " + std::to_string(tx) + " + threadIdx.x";
     const std::string work = std::string(kWorkspaceParam);
-    os << "    {  // the chunk's partials out; the last block of this tile combines every chunk\n";
+    os << "    if (gridDim.y > 1) {  // the chunk's partials out; the last block of this tile combines every chunk\n";
     os << "      float* mf_parts = reinterpret_cast<float*>(" << work << ");\n";
     os << "      unsigned* mf_arrived = reinterpret_cast<unsigned*>(" << work << " + (size_t)gridDim.y * " << s.rows
        << " * sizeof(float)) + col0 / " << tile << ";\n";

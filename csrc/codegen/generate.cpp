@@ -64,7 +64,7 @@ std::optional<GeneratedKernel> generateKernel(const KernelSegment& segment, cons
                   s.launch.block_x, "x", s.launch.block_y, s.kind == codegen::Kind::Normalization
                       ? str(s.norm.persistent ? ", persistent " : ", multi-pass ", s.norm.iters, " groups")
                       : std::string(),
-                  s.split_rows ? ", rows split" : "");
+                  s.split_rows ? ", chunked rows" : "");
   k.heuristics = codegen::heuristicsText(s, options.device);
   for (const TensorView* tv : segment.outputs) k.output_sizes.push_back(a.shape.at(tv));
   return k;

@@ -150,7 +150,7 @@ std::string heuristicsText(const Schedule& s, const DeviceLimits& device) {
   std::string chosen = str("chosen: vec ", s.vec, ", unroll ", s.unroll, ", index ", s.index64 ? 64 : 32, ", block ",
                            l.block_x, "x", l.block_y, ", grid ", l.grid_x, ", min blocks per SM ", l.min_blocks,
                            ", dynamic shared ", l.shared_mem_bytes, " bytes");
-  if (s.split_rows) {
+  if (l.grid_y > 1) {
     chosen += str(", reduced rows split in ", l.grid_y, " chunks (grid_y), workspace ", l.workspace_bytes, " bytes");
   }
   if (s.kind == Kind::Normalization) {

@@ -216,8 +216,9 @@ struct Schedule {
   // Outer reductions over middle axes, X = [outer kept, red, inner kept]: the inner kept extent
   // (== rows for a plain outer reduction); column c of rows is (c / inner_kept, c % inner_kept).
   int64_t inner_kept = 1;
-  // Outer reductions: the reduced rows are split into launch.grid_y chunks; each block writes its
-  // chunk's float partials to the workspace and the last block of a column tile combines them.
+  // Outer reductions: the text can split the reduced rows into launch.grid_y chunks (run when
+  // grid_y > 1); each block writes its chunk's float partials to the workspace and the last block
+  // of a column tile combines them.
   bool split_rows = false;
   KernelLaunch launch;
   NormPlan norm;  // Normalization only

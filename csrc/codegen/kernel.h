@@ -46,7 +46,7 @@ struct GeneratedKernel {
   // Kernel parameters, in order: one pointer per segment input tensor (segment input order), then
   // one pointer per segment output tensor (segment output order), then one `double` per runtime
   // scalar input of the segment (segment scalar order), then `count` as a `long long`, then the
-  // workspace pointer when launch.workspace_bytes > 0. Outputs are
+  // workspace pointer (null when launch.workspace_bytes is 0; outer reductions declare it). Outputs are
   // allocated by the runtime as contiguous tensors of `output_sizes[i]` and dtype of the output
   // TensorView.
   std::vector<std::vector<int64_t>> output_sizes;

@@ -362,8 +362,10 @@ bool scheduleReduction(const Analysis& a, const CodegenOptions& o, Schedule* s, 
         rp.sm_count * std::max<int64_t>(1, rp.threads_per_sm / (l.block_x * l.block_y));
     const int64_t chunks = std::min({ceilDiv(rp.outer_split_waves * resident_blocks, tiles),
                                      s->red / rp.outer_split_min_rows, rp.max_grid_y});
-    if (chunks >= 2 && !a.compute_double) {
-      s->split_rows = true;
+    // The text always has the chunked path (one source for every reduced extent); it runs with
+    // grid_y > 1 only. Double compute keeps the plain kernel (its partials would be doubles).
+    s->split_rows = !a.compute_double;
+    if (chunks >= 2 && s->split_rows) {
       l.grid_x = tiles;
       l.grid_y = chunks;
       // [chunks][columns] float partials, then one arrival counter per column tile (zeroed).

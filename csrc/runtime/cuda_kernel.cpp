@@ -275,8 +275,10 @@ void launchGeneratedKernel(const GeneratedKernel& kernel, const std::vector<at::
     C10_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(workspace_ptr) + l.workspace_zero_offset, 0,
                                    static_cast<size_t>(l.workspace_bytes - l.workspace_zero_offset),
                                    at::cuda::getCurrentCUDAStream().stream()));
-    args.push_back(&workspace_ptr);
   }
+  // Always last: a kernel that declares no workspace parameter never reads this entry (the driver
+  // takes as many parameters as the function declares); one that does sees null without a workspace.
+  args.push_back(&workspace_ptr);
   checkCu(api().cuLaunchKernel(fn, l.grid_x, l.grid_y, l.grid_z, l.block_x, l.block_y, l.block_z,
                                static_cast<unsigned>(l.shared_mem_bytes), at::cuda::getCurrentCUDAStream().stream(),
                                args.data(), nullptr),

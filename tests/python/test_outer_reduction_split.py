@@ -37,10 +37,11 @@ def test_many_rows_split_over_blocks(rows, cols):
     assert "__ldcg(&mf_parts[" in src  # the combine reads the partials past L1
 
 
-@pytest.mark.parametrize("rows,cols", [(300, 4096), (1, 16384), (1000, 777)])
-def test_few_rows_keep_one_block_per_tile(rows, cols):
-    (src,) = column_sum(DataType.BFloat16).cuda_kernels([meta(rows, cols)], arch="sm_90")
-    assert "mf_work" not in src and "atomicAdd" not in src
+@pytest.mark.parametrize("rows,cols", [(300, 4096), (512, 16384), (1000, 16384)])
+def test_few_rows_share_the_source(rows, cols):
+    """The chunked path only runs with grid_y > 1, so few rows take the same text (one compile)."""
+    fd = column_sum(DataType.BFloat16)
+    assert fd.cuda_kernels([meta(rows, cols)], arch="sm_90") == fd.cuda_kernels([meta(8192, cols)], arch="sm_90")
 
 
 DUMP_SCRIPT = """
