@@ -337,7 +337,7 @@ std::string emitExpr(const Expr* e, const std::string& indent, const std::string
 std::string indexType(bool index64) { return index64 ? "long long" : "int"; }
 
 std::string signature(const Analysis& a, const std::string& name_token, const std::string& itype, int64_t max_threads,
-                      int64_t min_blocks) {
+                      int64_t min_blocks, bool workspace) {
   std::ostringstream os;
   os << "extern \"C\" __global__ void __launch_bounds__(" << max_threads;
   if (min_blocks > 0) os << ", " << min_blocks;
@@ -351,6 +351,7 @@ std::string signature(const Analysis& a, const std::string& name_token, const st
   }
   for (const Scalar* s : a.scalar_inputs) params.push_back("double S" + std::to_string(s->name()));
   params.push_back("const long long " + std::string(kCountParam));
+  if (workspace) params.push_back("unsigned char* __restrict__ " + std::string(kWorkspaceParam));
   for (size_t i = 0; i < params.size(); ++i) os << (i ? ",\n    " : "\n    ") << params[i];
   os << ") {\n";
   os << "  const " << itype << " " << kCount << " = (" << itype << ")" << kCountParam << ";  // the extent-dependent bound\n";

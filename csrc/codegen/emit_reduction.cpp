@@ -12,7 +12,10 @@
 //   outer  X viewed as [red, rows]: a block owns blockDim.x * vec adjacent columns (each thread
 //          `vec` of them, one vector load per reduced row), threadIdx.y splits the reduced rows;
 //          the blockDim.y partials combine in a shared-memory tree, then the block's threads run
-//          the epilogue one column each.
+//          the epilogue one column each. With split_rows, block (x, y) walks only chunk y of the
+//          reduced rows, writes its float partials to the workspace ([chunks][columns]) and counts
+//          its arrival on the tile's counter; the last block to arrive combines the chunks in chunk
+//          order (deterministic) and runs the epilogue.
 #include <algorithm>
 #include <cmath>
 
@@ -56,7 +59,8 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
   const bool y_is_output =
       std::find(a.segment->outputs.begin(), a.segment->outputs.end(), y) != a.segment->outputs.end();
   std::ostringstream os;
-  os << prelude() << "\n" << signature(a, name_token, it, tx * ty);
+  const bool split = s.split_rows;
+  os << prelude() << "\n" << signature(a, name_token, it, tx * ty, 0, split);
   // The extent-dependent side (rows of an inner reduction, reduced rows of an outer one) is kCount.
   os << "  // " << (inner ? "inner" : "outer") << " reduction " << red->toString() << ": "
      << (inner ? std::string(kCount) : std::to_string(s.rows)) << " rows x "
@@ -143,8 +147,15 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
   os << "    const " << it << " col = col0 + " << timesText("threadIdx.x", v) << ";  // this thread's first column\n";
   os << "    float mf_acc[" << v << "];\n";
   os << "#pragma unroll\n    for (int k = 0; k < " << v << "; ++k) mf_acc[k] = " << initValue(op) << ";\n";
+  if (split) {
+    // This block's chunk of reduced rows: [mf_r0, mf_r1), chunks of a multiple of blockDim.y rows.
+    os << "    const " << it << " mf_chunk = (" << kCount << " + gridDim.y * " << ty << " - 1) / (gridDim.y * " << ty
+       << ") * " << ty << ";\n";
+    os << "    const " << it << " mf_r0 = (" << it << ")blockIdx.y * mf_chunk;\n";
+    os << "    const " << it << " mf_r1 = mf_r0 + mf_chunk < " << kCount << " ? mf_r0 + mf_chunk : " << kCount << ";\n";
+  }
   os << "    if (col < " << s.rows << ") {\n";
-  emitLoop("threadIdx.y", ty, kCount,
+  emitLoop(split ? "mf_r0 + threadIdx.y" : "threadIdx.y", ty, split ? "mf_r1" : kCount,
            [&](const std::string& j) {
              if (s.inner_kept == s.rows) return timesText(j, s.rows) + " + col";
              const std::string b = std::to_string(s.inner_kept);
@@ -167,6 +178,33 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
      << combine(op, "mf_partial[threadIdx.y][" + c + "]", "mf_partial[threadIdx.y + h][" + c + "]") << ";\n";
   os << "        }\n      }\n";
   os << "      __syncthreads();\n    }\n";
+  if (split) {
+    const std::string tid = "threadIdx.y * " + std::to_string(tx) + " + threadIdx.x";
+    const std::string work = std::string(kWorkspaceParam);
+    os << "    if (gridDim.y > 1) {  // the chunk's partials out; the last block of this tile combines every chunk\n";
+    os << "      float* mf_parts = reinterpret_cast<float*>(" << work << ");\n";
+    os << "      unsigned* mf_arrived = reinterpret_cast<unsigned*>(" << work << " + (size_t)gridDim.y * " << s.rows
+       << " * sizeof(float)) + col0 / " << tile << ";\n";
+    os << "      __shared__ bool mf_last;\n";
+    os << "      for (int c = " << tid << "; c < " << tile << " && col0 + c < " << s.rows << "; c += " << tx * ty
+       << ") mf_parts[(" << it << ")blockIdx.y * " << s.rows << " + col0 + c] = mf_partial[0][c];\n";
+    os << "      __threadfence();\n";
+    os << "      __syncthreads();\n";
+    os << "      if (" << tid << " == 0) mf_last = atomicAdd(mf_arrived, 1u) == gridDim.y - 1;\n";
+    os << "      __syncthreads();\n";
+    os << "      if (!mf_last) continue;  // the whole block: another block of this tile finishes it\n";
+    os << "      __threadfence();\n";
+    os << "      for (int c = " << tid << "; c < " << tile << " && col0 + c < " << s.rows << "; c += " << tx * ty
+       << ") {\n";
+    os << "        float v = " << initValue(op) << ";\n";
+    os << "        for (unsigned k = 0; k < gridDim.y; ++k) v = "
+       << combine(op, "v", "__ldcg(&mf_parts[(" + it + ")k * " + std::to_string(s.rows) + " + col0 + c])") << ";\n";
+    os << "        mf_partial[0][c] = v;\n";
+    os << "      }\n";
+    os << "      if (" << tid << " == 0) *mf_arrived = 0u;  // ready for the next launch\n";
+    os << "      __syncthreads();\n";
+    os << "    }\n";
+  }
   os << "    for (int c = threadIdx.y * " << tx << " + threadIdx.x; c < " << tile << "; c += " << tx * ty
      << ") {  // the epilogue, one column per thread\n";
   os << "      const " << it << " row = col0 + c;\n";

@@ -63,7 +63,8 @@ std::optional<GeneratedKernel> generateKernel(const KernelSegment& segment, cons
   k.choices = str(k.scheduler, ": vec ", s.vec, ", unroll ", s.unroll, ", index ", s.index64 ? 64 : 32, ", block ",
                   s.launch.block_x, "x", s.launch.block_y, s.kind == codegen::Kind::Normalization
                       ? str(s.norm.persistent ? ", persistent " : ", multi-pass ", s.norm.iters, " groups")
-                      : std::string());
+                      : std::string(),
+                  s.split_rows ? ", chunked rows" : "");
   k.heuristics = codegen::heuristicsText(s, options.device);
   for (const TensorView* tv : segment.outputs) k.output_sizes.push_back(a.shape.at(tv));
   return k;

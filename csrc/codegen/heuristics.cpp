@@ -71,7 +71,8 @@ std::string ReductionParams::toString() const {
              " with >= ", rows_per_sm_for_many, " rows per SM), ", warp, " x ", warps_per_block,
              " blocks; else ", many_rows_block, " threads per row (many rows) or up to ", few_rows_max_block,
              "; outer: columns per block ", min_outer_columns, "..", warp, ", ", outer_block, " threads (",
-             outer_block_few_tiles, " with fewer tiles than SMs); unroll ", unroll, "; grid <= ", sm_count,
+             outer_block_few_tiles, " with fewer tiles than SMs), rows split for ", outer_split_waves,
+             " waves, >= ", outer_split_min_rows, " rows per chunk; unroll ", unroll, "; grid <= ", sm_count,
              " SMs x ", threads_per_sm,
              " threads per SM / block");
 }
@@ -149,6 +150,9 @@ std::string heuristicsText(const Schedule& s, const DeviceLimits& device) {
   std::string chosen = str("chosen: vec ", s.vec, ", unroll ", s.unroll, ", index ", s.index64 ? 64 : 32, ", block ",
                            l.block_x, "x", l.block_y, ", grid ", l.grid_x, ", min blocks per SM ", l.min_blocks,
                            ", dynamic shared ", l.shared_mem_bytes, " bytes");
+  if (l.grid_y > 1) {
+    chosen += str(", reduced rows split in ", l.grid_y, " chunks (grid_y), workspace ", l.workspace_bytes, " bytes");
+  }
   if (s.kind == Kind::Normalization) {
     chosen += str(s.norm.persistent ? ", persistent " : ", multi-pass ", s.norm.iters, " groups, ",
                   s.norm.cached.size(), " cached, ", s.norm.staged.size(), " staged");

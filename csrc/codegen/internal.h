@@ -216,6 +216,10 @@ struct Schedule {
   // Outer reductions over middle axes, X = [outer kept, red, inner kept]: the inner kept extent
   // (== rows for a plain outer reduction); column c of rows is (c / inner_kept, c % inner_kept).
   int64_t inner_kept = 1;
+  // Outer reductions: the text can split the reduced rows into launch.grid_y chunks (run when
+  // grid_y > 1); each block writes its chunk's float partials to the workspace and the last block
+  // of a column tile combines them.
+  bool split_rows = false;
   KernelLaunch launch;
   NormPlan norm;  // Normalization only
   // The parameters of the scheduler that made this schedule (the one of `kind`), derived from the
@@ -282,10 +286,11 @@ std::string cpAsyncHelpers();
 // A reduction's or op's int32 result wrapped as PyTorch's int32 arithmetic wraps (double compute
 // only; other dtypes: `value` as is).
 std::string wrapInt32Result(DataType dt, const std::string& value);
-// Kernel signature: inputs, outputs, scalar doubles, the count (kCountParam, as long long); then the
-// scalar locals and the count as `itype` (kCount).
+// Kernel signature: inputs, outputs, scalar doubles, the count (kCountParam, as long long), the
+// workspace (kWorkspaceParam, when `workspace`); then the scalar locals and the count as `itype` (kCount).
+constexpr const char* kWorkspaceParam = "mf_work";
 std::string signature(const Analysis& a, const std::string& name_token, const std::string& itype, int64_t max_threads,
-                      int64_t min_blocks = 0);
+                      int64_t min_blocks = 0, bool workspace = false);
 std::string indexType(bool index64);
 // Emits the decomposition of `flat` over plan.dims (only when some loaded tensor is not linear) and
 // returns each loaded tensor's offset expression.

@@ -32,6 +32,10 @@ struct KernelLaunch {
   int64_t block_x = 1, block_y = 1, block_z = 1;
   int64_t shared_mem_bytes = 0;
   int64_t min_blocks = 0;  // resident blocks per SM asked of ptxas in __launch_bounds__ (0: none)
+  // Global scratch the kernel needs (0: none): the runtime allocates workspace_bytes per launch,
+  // zeroes the bytes from workspace_zero_offset on (counters), and passes the pointer last.
+  int64_t workspace_bytes = 0;
+  int64_t workspace_zero_offset = 0;
 };
 
 struct GeneratedKernel {
@@ -41,7 +45,8 @@ struct GeneratedKernel {
   KernelLaunch launch;
   // Kernel parameters, in order: one pointer per segment input tensor (segment input order), then
   // one pointer per segment output tensor (segment output order), then one `double` per runtime
-  // scalar input of the segment (segment scalar order), then `count` as a `long long`. Outputs are
+  // scalar input of the segment (segment scalar order), then `count` as a `long long`, then the
+  // workspace pointer (null when launch.workspace_bytes is 0; outer reductions declare it). Outputs are
   // allocated by the runtime as contiguous tensors of `output_sizes[i]` and dtype of the output
   // TensorView.
   std::vector<std::vector<int64_t>> output_sizes;

@@ -25,6 +25,8 @@
 //   outer      each thread owns `vec` adjacent columns; block (tx, ty) with tx the widest of 32..4
 //              that still gives >= 1 column tile per SM, ty = 512 / tx (1024 / tx when there are
 //              fewer tiles than SMs) threads splitting the reduced rows.
+//              Many reduced rows: chunks of them over grid_y until the grid is two waves of
+//              resident blocks (at least 512 rows a chunk), the last block of a tile combining.
 //
 // Measured on one H200, bf16 [16384, 16384] (device copy ~4.0-4.1 TB/s read+write). Before:
 //   gelu(x * y + bias)  0.596 ms = 2.70 TB/s = 66% of copy (vec 8, 256 x 1056, one group per step)
@@ -354,6 +356,22 @@ bool scheduleReduction(const Analysis& a, const CodegenOptions& o, Schedule* s, 
     while (l.block_y > 1 && l.block_y / 2 >= s->red) l.block_y /= 2;  // no idle rows of threads
     l.grid_x = gridFor(tiles, 1, l.block_x * l.block_y, rp.sm_count, rp.threads_per_sm);
     s->unroll = rp.unroll;  // with loops of 2 and 1 after it: the reduced extent is the launch's count
+    // Many reduced rows: one block per column tile walking all of them keeps too few bytes in
+    // flight (bf16 [8192, 16384]: 256 blocks, 1.05 TB/s); chunks of rows over grid_y fill the device.
+    const int64_t resident_blocks =
+        rp.sm_count * std::max<int64_t>(1, rp.threads_per_sm / (l.block_x * l.block_y));
+    const int64_t chunks = std::min({ceilDiv(rp.outer_split_waves * resident_blocks, tiles),
+                                     s->red / rp.outer_split_min_rows, rp.max_grid_y});
+    // The text always has the chunked path (one source for every reduced extent); it runs with
+    // grid_y > 1 only. Double compute keeps the plain kernel (its partials would be doubles).
+    s->split_rows = !a.compute_double;
+    if (chunks >= 2 && s->split_rows) {
+      l.grid_x = tiles;
+      l.grid_y = chunks;
+      // [chunks][columns] float partials, then one arrival counter per column tile (zeroed).
+      l.workspace_zero_offset = chunks * s->rows * static_cast<int64_t>(sizeof(float));
+      l.workspace_bytes = l.workspace_zero_offset + tiles * static_cast<int64_t>(sizeof(unsigned));
+    }
     bound = (s->red + (s->unroll + 1) * l.block_y + 1) * s->rows + l.grid_x * tx * s->vec;
   }
   s->index64 = bound > kInt32Max || s->main_index.max_offset > kInt32Max || s->epilogue_index.max_offset > kInt32Max;

@@ -265,6 +265,20 @@ void launchGeneratedKernel(const GeneratedKernel& kernel, const std::vector<at::
   long long count = kernel.count;  // the extent-dependent bound (kernel.h)
   args.push_back(&count);
   const KernelLaunch& l = kernel.launch;
+  // Scratch for the launch (split outer reductions: partials and arrival counters). The caching
+  // allocator keeps it valid for the kernel: a later allocation on this stream runs after it.
+  at::Tensor workspace;
+  void* workspace_ptr = nullptr;
+  if (l.workspace_bytes > 0) {
+    workspace = at::empty({l.workspace_bytes}, any.options().dtype(at::kByte));
+    workspace_ptr = workspace.data_ptr();
+    C10_CUDA_CHECK(cudaMemsetAsync(static_cast<char*>(workspace_ptr) + l.workspace_zero_offset, 0,
+                                   static_cast<size_t>(l.workspace_bytes - l.workspace_zero_offset),
+                                   at::cuda::getCurrentCUDAStream().stream()));
+  }
+  // Always last: a kernel that declares no workspace parameter never reads this entry (the driver
+  // takes as many parameters as the function declares); one that does sees null without a workspace.
+  args.push_back(&workspace_ptr);
   checkCu(api().cuLaunchKernel(fn, l.grid_x, l.grid_y, l.grid_z, l.block_x, l.block_y, l.block_z,
                                static_cast<unsigned>(l.shared_mem_bytes), at::cuda::getCurrentCUDAStream().stream(),
                                args.data(), nullptr),
