@@ -1,11 +1,13 @@
 // Device limits for the kernel generator: meshfuser.DeviceLimits (read-only fields, the table's
 // or the current device's), meshfuser.device_limits(arch=None, **overrides) and
-// meshfuser.known_architectures(). fd.cuda_kernels(inputs, arch=, device_limits=) resolves its
+// meshfuser.known_architectures(); _C._gather_sum_kernel (the sorted index_add's kernel, for tests
+// and its CPU emulation). fd.cuda_kernels(inputs, arch=, device_limits=) resolves its
 // arguments with deviceLimitsFromPython.
 #include <pybind11/stl.h>
 
 #include "bindings/bind.h"
 #include "codegen/device_limits.h"
+#include "codegen/gather_sum.h"
 #include "runtime/cuda_kernel.h"
 #include "support/error.h"
 
@@ -62,6 +64,21 @@ void bindDevice(py::module& m) {
       [](std::optional<std::string> arch, const py::kwargs& overrides) { return limitsWith(arch, overrides); },
       py::arg("arch") = py::none());
   m.def("known_architectures", &knownArchitectures);
+  m.def(
+      "_gather_sum_kernel",
+      [](DataType dtype, int64_t rows, int64_t width, int64_t alignment_bytes, std::optional<std::string> arch) {
+        GatherSumShape shape{dtype, rows, width, alignment_bytes};
+        GeneratedKernel k = generateGatherSum(shape, arch ? deviceLimitsForArch(*arch) : currentDeviceLimits());
+        py::dict d;
+        d["name"] = k.name;
+        d["source"] = k.source;
+        d["count"] = k.count;
+        d["grid"] = k.launch.grid_x;
+        d["block"] = k.launch.block_x;
+        d["choices"] = k.choices;
+        return d;
+      },
+      py::arg("dtype"), py::arg("rows"), py::arg("width"), py::arg("alignment_bytes") = 16, py::arg("arch") = py::none());
 }
 
 }  // namespace mf

@@ -7,6 +7,7 @@
 #define MF_HAS_GROUPED_MM 0
 #endif
 
+#include "runtime/index_add_sorted.h"
 #include "support/error.h"
 #include "support/text.h"
 
@@ -107,7 +108,11 @@ std::vector<at::Tensor> evaluateMoeOp(const Expr* e, const std::vector<RuntimeVa
       return both;
     }
     case AtenArgs::DimIndex: return {callAten(info.aten, {x, dim, index(1)})};
-    case AtenArgs::DimIndexSrc: return {callAten(info.aten, {x, dim, index(1), in[2].tensor})};
+    case AtenArgs::DimIndexSrc:
+      if (e->op() == OpType::IndexAdd) {
+        if (std::optional<at::Tensor> out = indexAddSorted(x, dim, in[1].tensor, in[2].tensor)) return {*out};
+      }
+      return {callAten(info.aten, {x, dim, index(1), in[2].tensor})};
     case AtenArgs::ScatterReduce:
       return {callAten(info.aten, {x, dim, index(1), in[2].tensor, e->attr<std::string>("reduce"),
                                    e->attr<bool>("include_self")})};

@@ -1,4 +1,4 @@
-"""Runs a generated *pointwise* kernel on the CPU: its CUDA text compiled as C++ by g++ with a CPU
+"""Runs a generated grid-stride kernel (pointwise, the sorted index_add's gather-sum) on the CPU: its CUDA text compiled as C++ by g++ with a CPU
 prelude (the same helper names), every thread of a one-block launch run in turn. Pointwise kernels
 are grid-stride loops with no shared memory, barriers or warp shuffles, so one thread at a time
 computes exactly what the GPU does; bfloat16/half conversions are the prelude's integer forms
@@ -47,9 +47,13 @@ inline float mf_relu(float x) { return (x != x || x > 0.0f) ? x : 0.0f; }
 inline float mf_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 inline float __expf(float x) { return expf(x); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+#include <cstdlib>
+inline void __trap() { std::abort(); }
 """
 
-DTYPE_BYTES = {torch.float32: 4, torch.bfloat16: 2, torch.float16: 2, torch.bool: 1}
+DTYPE_BYTES = {torch.float32: 4, torch.bfloat16: 2, torch.float16: 2, torch.bool: 1, torch.int64: 8}
+C_TYPES = {torch.float32: "float", torch.bfloat16: "mf_bf16", torch.float16: "mf_half", torch.bool: "mf_bool",
+           torch.int64: "long long"}
 
 
 def available():
@@ -77,24 +81,34 @@ def run_pointwise(source, tensors, threads=64):
     vec = int(re.search(r"\(mf_count groups of (\d+) elements", source).group(1))
     params = kernel_parameters(source)
     outputs = [tensors[n] for is_out, n in params if is_out]
-    count = outputs[0].numel() // vec
     name = re.search(r"(mf_pointwise_[0-9a-f]{16})\(", source).group(1)
+    run_grid_stride(source, name, [tensors[n] for _, n in params], [is_out for is_out, _ in params],
+                    outputs[0].numel() // vec, threads)
+    return outputs
+
+
+def run_grid_stride(source, name, args, is_output, count, threads=64):
+    """Runs kernel `name` of `source` (a grid-stride loop over `count` items) as one block of
+    `threads` threads, one thread after another. `args`: the parameters before the count, in order:
+    tensors (CPU; those with is_output[i] are written back in place) or Python floats (doubles)."""
     lines = ["#include <cstdio>\n" + CPU_PRELUDE, _kernel_text(source), "int main(int argc, char** argv) {"]
-    pointers = []
-    ordered = [tensors[n] for _, n in params]
-    for i, t in enumerate(ordered):
+    values = []
+    tensors = [(i, t) for i, t in enumerate(args) if isinstance(t, torch.Tensor)]
+    for i, t in tensors:
         storage = t.untyped_storage().nbytes()
         lines.append(f"  static unsigned char buf{i}[{max(storage, 1)}] __attribute__((aligned(64)));")
         lines.append(f"  FILE* f{i} = fopen(argv[{i + 1}], \"rb\"); fread(buf{i}, 1, {storage}, f{i}); fclose(f{i});")
-        ctype = {torch.float32: "float", torch.bfloat16: "mf_bf16", torch.float16: "mf_half",
-                 torch.bool: "mf_bool"}[t.dtype]
-        pointers.append(f"({ctype}*)(buf{i} + {t.storage_offset() * DTYPE_BYTES[t.dtype]})")
+    for i, a in enumerate(args):
+        if isinstance(a, torch.Tensor):
+            values.append(f"({C_TYPES[a.dtype]}*)(buf{i} + {a.storage_offset() * DTYPE_BYTES[a.dtype]})")
+        else:
+            values.append(repr(float(a)))
     lines.append(f"  blockDim.x = {threads}; gridDim.x = 1;")
-    lines.append(f"  for (unsigned t = 0; t < {threads}; ++t) {{ threadIdx.x = t; {name}({', '.join(pointers)}, "
+    lines.append(f"  for (unsigned t = 0; t < {threads}; ++t) {{ threadIdx.x = t; {name}({', '.join(values)}, "
                  f"{count}LL); }}")
-    for i, (is_out, _) in enumerate(params):
-        if is_out:
-            storage = ordered[i].untyped_storage().nbytes()
+    for i, t in tensors:
+        if is_output[i]:
+            storage = t.untyped_storage().nbytes()
             lines.append(f"  FILE* g{i} = fopen(argv[{i + 1}], \"wb\"); fwrite(buf{i}, 1, {storage}, g{i}); "
                          f"fclose(g{i});")
     lines.append("  return 0;\n}\n")
@@ -106,18 +120,15 @@ def run_pointwise(source, tensors, threads=64):
         r = subprocess.run(["g++", "-O1", "-std=c++17", "-w", cpp, "-o", exe], capture_output=True, text=True,
                            timeout=300)
         assert r.returncode == 0, r.stderr[-4000:]
-        paths = []
-        for i, t in enumerate(ordered):
-            p = os.path.join(d, f"t{i}.bin")
+        paths = [os.path.join(d, f"t{i}.bin") for i in range(len(args))]
+        for i, t in tensors:
             raw = torch.empty(t.untyped_storage().nbytes(), dtype=torch.uint8)
             raw.untyped_storage().copy_(t.untyped_storage())
-            raw.numpy().tofile(p)
-            paths.append(p)
+            raw.numpy().tofile(paths[i])
         r = subprocess.run([exe] + paths, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr[-2000:]
-        for i, (is_out, _) in enumerate(params):
-            if is_out:
-                t = ordered[i]
+        if r.returncode != 0:
+            raise RuntimeError(f"emulated kernel failed (exit {r.returncode}): {r.stderr[-2000:]}")
+        for i, t in tensors:
+            if is_output[i]:
                 data = torch.from_file(paths[i], size=t.untyped_storage().nbytes(), dtype=torch.uint8)
                 t.untyped_storage().copy_(data.untyped_storage())
-    return outputs
