@@ -1,8 +1,12 @@
 """The MoE combine (unpermute) on one GPU: index_add of 49152 x 4096 bf16 rows into 8192 rows
-(index = argsort(top-6 experts) // 6), meshfuser against torch.index_add (eager, ATen's atomic
-kernel), torch.compile, and a sort-based segmented sum composed from ATen ops (argsort + per-row
-counts + segment_reduce: deterministic, atomic-free; the design's reference point), with GB/s as a
-fraction of a device-to-device copy. On the CPU it is a smoke run on a small shape."""
+(index = argsort(top-6 experts) // 6), meshfuser (its sorted gather-sum kernel, and with
+MESHFUSER_INDEX_ADD=aten ATen's atomics) against torch.index_add (eager, ATen's atomic kernel),
+torch.compile, and a sort-based segmented sum composed from ATen ops (argsort + per-row counts +
+segment_reduce); then the permutation (dispatch) gather, index_select of 8192 rows into 49152, as
+meshfuser's row gather against eager and torch.compile. GB/s as a fraction of a device-to-device
+copy. On the CPU it is a smoke run on a small shape."""
+import os
+
 import torch
 
 from meshfuser import DataType, FusionDefinition
@@ -42,7 +46,11 @@ def main():
         torch.testing.assert_close(out, ref, rtol=2e-2, atol=2e-2, msg=lambda m: f"{name}: {m}")
     dst = torch.empty_like(src)
     t_copy = time_ms(lambda: dst.copy_(src))
+    os.environ["MESHFUSER_INDEX_ADD"] = "aten"
+    t_mf_aten = time_ms(lambda: fd.execute([base, index, src]))
+    del os.environ["MESHFUSER_INDEX_ADD"]
     times = [("meshfuser", time_ms(lambda: fd.execute([base, index, src]))),
+             ("meshfuser, MESHFUSER_INDEX_ADD=aten", t_mf_aten),
              ("eager", time_ms(lambda: eager(base, index, src))),
              ("torch.compile", time_ms(lambda: compiled(base, index, src))),
              ("sorted (ATen ops)", time_ms(lambda: sorted_index_add(base, index, src)))]
@@ -56,7 +64,31 @@ def main():
     device = torch.cuda.get_device_name() if cuda else "cpu"
     print_table(f"index_add {tokens * k}x{hidden} {dtype} into {tokens} rows, {device}", rows,
                 ["impl", "ms", "GB/s", "of_copy_bw", "meshfuser_speedup"])
-    write_json("index_add.json", {"device": device, "rows": rows})
+    gather_rows = permutation_gather(src, index, copy_gbps, device)
+    write_json("index_add.json", {"device": device, "rows": rows, "gather": gather_rows})
+
+
+def permutation_gather(routed, index, copy_gbps, device):
+    """index_select(x, 0, token_of): every token's k copies, in expert order (the dispatch)."""
+    x = routed[: int(index.max()) + 1].clone()
+    with FusionDefinition() as fd:
+        tx = fd.define_tensor([-1, -1], dtype=DataType.BFloat16 if x.is_cuda else DataType.Float)
+        ti = fd.define_tensor([-1], dtype=DataType.Int)
+        fd.add_output(fd.ops.index_select(tx, 0, ti))
+
+    def eager(t, i):
+        return t.index_select(0, i)
+
+    compiled = torch.compile(eager)
+    assert torch.equal(fd.execute([x, index])[0], eager(x, index))
+    times = [("meshfuser", time_ms(lambda: fd.execute([x, index]))), ("eager", time_ms(lambda: eager(x, index))),
+             ("torch.compile", time_ms(lambda: compiled(x, index)))]
+    bytes_moved = 2 * index.numel() * x.shape[1] * x.element_size() + index.numel() * 8
+    rows = [{"impl": n, "ms": t, "GB/s": bytes_moved / t / 1e6, "of_copy_bw": bytes_moved / t / 1e6 / copy_gbps,
+             "meshfuser_speedup": t / times[0][1]} for n, t in times]
+    print_table(f"index_select of {index.numel()} rows of {x.shape[1]} {x.dtype} from {x.shape[0]}, {device}", rows,
+                ["impl", "ms", "GB/s", "of_copy_bw", "meshfuser_speedup"])
+    return rows
 
 
 if __name__ == "__main__":

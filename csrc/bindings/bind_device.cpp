@@ -1,7 +1,7 @@
 // Device limits for the kernel generator: meshfuser.DeviceLimits (read-only fields, the table's
 // or the current device's), meshfuser.device_limits(arch=None, **overrides) and
-// meshfuser.known_architectures(); _C._gather_sum_kernel (the sorted index_add's kernel, for tests
-// and its CPU emulation). fd.cuda_kernels(inputs, arch=, device_limits=) resolves its
+// meshfuser.known_architectures(); _C._gather_sum_kernel (the row gathers' kernels, for tests and
+// their CPU emulation). fd.cuda_kernels(inputs, arch=, device_limits=) resolves its
 // arguments with deviceLimitsFromPython.
 #include <pybind11/stl.h>
 
@@ -66,8 +66,15 @@ void bindDevice(py::module& m) {
   m.def("known_architectures", &knownArchitectures);
   m.def(
       "_gather_sum_kernel",
-      [](DataType dtype, int64_t rows, int64_t width, int64_t alignment_bytes, std::optional<std::string> arch) {
-        GatherSumShape shape{dtype, rows, width, alignment_bytes};
+      [](DataType dtype, int64_t rows, int64_t width, int64_t alignment_bytes, std::optional<std::string> arch,
+         const std::string& mode) {
+        MF_USER_ARG_CHECK(mode == "sum" || mode == "select", "_gather_sum_kernel: mode is sum or select, got ", mode);
+        GatherSumShape shape;
+        shape.mode = mode == "sum" ? GatherSumShape::Mode::Sum : GatherSumShape::Mode::Select;
+        shape.dtype = dtype;
+        shape.out_rows = rows;
+        shape.width = width;
+        shape.alignment_bytes = alignment_bytes;
         GeneratedKernel k = generateGatherSum(shape, arch ? deviceLimitsForArch(*arch) : currentDeviceLimits());
         py::dict d;
         d["name"] = k.name;
@@ -78,7 +85,8 @@ void bindDevice(py::module& m) {
         d["choices"] = k.choices;
         return d;
       },
-      py::arg("dtype"), py::arg("rows"), py::arg("width"), py::arg("alignment_bytes") = 16, py::arg("arch") = py::none());
+      py::arg("dtype"), py::arg("rows"), py::arg("width"), py::arg("alignment_bytes") = 16, py::arg("arch") = py::none(),
+      py::arg("mode") = "sum");
 }
 
 }  // namespace mf

@@ -7,7 +7,7 @@
 #define MF_HAS_GROUPED_MM 0
 #endif
 
-#include "runtime/index_add_sorted.h"
+#include "runtime/row_gather.h"
 #include "support/error.h"
 #include "support/text.h"
 
@@ -107,7 +107,11 @@ std::vector<at::Tensor> evaluateMoeOp(const Expr* e, const std::vector<RuntimeVa
       if (e->outputs().size() == 1) return {both[1]};  // argsort
       return both;
     }
-    case AtenArgs::DimIndex: return {callAten(info.aten, {x, dim, index(1)})};
+    case AtenArgs::DimIndex:
+      if (e->op() == OpType::IndexSelect) {
+        if (std::optional<at::Tensor> out = indexSelectRows(x, dim, in[1].tensor)) return {*out};
+      }
+      return {callAten(info.aten, {x, dim, index(1)})};
     case AtenArgs::DimIndexSrc:
       if (e->op() == OpType::IndexAdd) {
         if (std::optional<at::Tensor> out = indexAddSorted(x, dim, in[1].tensor, in[2].tensor)) return {*out};

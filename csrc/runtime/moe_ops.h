@@ -1,7 +1,7 @@
 // ATen evaluation of the mixture-of-experts ops (the registry's OpKind::Routing entries):
 // grouped_mm on torch._grouped_mm (CUDA bfloat16) or one matmul per group, and the routing ops
-// through the dispatcher by their registry names; index_add along the rows of CUDA tensors through
-// the atomic-free sorted gather-sum (index_add_sorted.h).
+// through the dispatcher by their registry names; index_add and index_select along the rows of CUDA
+// tensors through generated kernels (row_gather.h: the atomic-free sorted gather-sum, a row gather).
 #pragma once
 
 #include <vector>

@@ -1,4 +1,4 @@
-#include "runtime/index_add_sorted.h"
+#include "runtime/row_gather.h"
 
 #include "codegen/gather_sum.h"
 #include "runtime/aten_evaluator.h"
@@ -9,13 +9,13 @@
 namespace mf {
 namespace {
 
-// Rows narrower than this stay on ATen: the sort and offsets (two small kernels) cost more than
-// the atomics they remove.
-constexpr int64_t kMinRowElements = 64;
+// Rows narrower than this stay on ATen's index_add: the sort and offsets (two small kernels) cost
+// more than the atomics they remove.
+constexpr int64_t kMinSortedRowElements = 64;
 
 enum class IndexAddPath { Auto, Aten, Sorted };
 
-IndexAddPath requestedPath() {
+IndexAddPath requestedIndexAddPath() {
   const std::string v = envString("MESHFUSER_INDEX_ADD");
   if (v.empty() || v == "auto") return IndexAddPath::Auto;
   if (v == "aten") return IndexAddPath::Aten;
@@ -23,32 +23,40 @@ IndexAddPath requestedPath() {
   MF_THROW_USER("MESHFUSER_INDEX_ADD: unknown value '", v, "'; valid values are auto, aten, sorted");
 }
 
-// Why the sorted path cannot take this call, or empty.
-std::string whyNotSorted(const at::Tensor& x, int64_t dim, const at::Tensor& src) {
+// Why a generated row gather cannot take a call on `x` along `dim`, or empty.
+std::string whyNotGenerated(const at::Tensor& x, int64_t dim) {
   if (!x.is_cuda()) return "x is not a CUDA tensor";
+  if (isDisabled(DisableOption::Codegen)) return "generated kernels are disabled (MESHFUSER_DISABLE=codegen)";
   if (!cudaKernelsAvailable()) return "generated kernels are unavailable (no CUDA device or NVRTC)";
-  if (x.dim() == 0 || (dim != 0 && dim != -x.dim())) return "it adds along an axis other than the first";
+  if (x.dim() == 0 || (dim != 0 && dim != -x.dim())) return "it works along an axis other than the first";
   const auto t = x.scalar_type();
   if (t != at::kFloat && t != at::kHalf && t != at::kBFloat16) return "its dtype is not float, half or bfloat16";
-  if (src.scalar_type() != t) return "x and src differ in dtype";
-  if (x.size(0) == 0 || x.numel() / x.size(0) < kMinRowElements) return "its rows are narrower than 64 elements";
   return "";
+}
+
+int64_t alignmentOf(const std::vector<at::Tensor>& tensors) {
+  int64_t align = 16;
+  for (const at::Tensor& t : tensors) align = std::min(align, kernelArgOf(t).alignment_bytes);
+  return align;
 }
 
 }  // namespace
 
 std::optional<at::Tensor> indexAddSorted(const at::Tensor& x, int64_t dim, const at::Tensor& index,
                                          const at::Tensor& src) {
-  const IndexAddPath path = requestedPath();
+  const IndexAddPath path = requestedIndexAddPath();
   if (path == IndexAddPath::Aten) return std::nullopt;
-  const std::string why = whyNotSorted(x, dim, src);
+  std::string why = whyNotGenerated(x, dim);
+  if (why.empty() && src.scalar_type() != x.scalar_type()) why = "x and src differ in dtype";
+  if (why.empty() && (x.size(0) == 0 || x.numel() / x.size(0) < kMinSortedRowElements)) {
+    why = "its rows are narrower than 64 elements";
+  }
   if (!why.empty()) {
     MF_USER_CHECK(path != IndexAddPath::Sorted, "MESHFUSER_INDEX_ADD=sorted: index_add of x ", x.sizes(),
                   " cannot take the sorted path: ", why);
     return std::nullopt;
   }
   const int64_t rows = x.size(0);
-  const int64_t width = x.numel() / rows;
   at::Tensor xc = x.contiguous();
   at::Tensor sc = src.contiguous();
   at::Tensor idx = index.reshape({-1}).to(at::kLong);
@@ -60,13 +68,31 @@ std::optional<at::Tensor> indexAddSorted(const at::Tensor& x, int64_t dim, const
   GatherSumShape shape;
   shape.dtype = fromAten(x.scalar_type());
   shape.out_rows = rows;
-  shape.width = width;
-  shape.alignment_bytes = std::min({kernelArgOf(xc).alignment_bytes, kernelArgOf(sc).alignment_bytes,
-                                    kernelArgOf(out).alignment_bytes});
-  // One kernel text per (dtype, width, vector width): cached by its name in launchGeneratedKernel;
+  shape.width = x.numel() / rows;
+  shape.alignment_bytes = alignmentOf({xc, sc, out});
+  // One kernel text per (dtype, width, vector width), cached by its name in launchGeneratedKernel;
   // only the launch bound changes with the row count.
   GeneratedKernel kernel = generateGatherSum(shape, currentDeviceLimits());
   launchGeneratedKernel(kernel, {xc, sc, order, offsets}, {out}, {static_cast<double>(idx.numel())});
+  return out;
+}
+
+std::optional<at::Tensor> indexSelectRows(const at::Tensor& x, int64_t dim, const at::Tensor& index) {
+  if (!whyNotGenerated(x, dim).empty() || x.size(0) == 0) return std::nullopt;
+  at::Tensor xc = x.contiguous();
+  at::Tensor idx = index.reshape({-1}).to(at::kLong);
+  std::vector<int64_t> sizes = x.sizes().vec();
+  sizes[0] = idx.numel();
+  at::Tensor out = at::empty(sizes, xc.options());
+  if (out.numel() == 0) return out;
+  GatherSumShape shape;
+  shape.mode = GatherSumShape::Mode::Select;
+  shape.dtype = fromAten(x.scalar_type());
+  shape.out_rows = idx.numel();
+  shape.width = x.numel() / x.size(0);
+  shape.alignment_bytes = alignmentOf({xc, out});
+  GeneratedKernel kernel = generateGatherSum(shape, currentDeviceLimits());
+  launchGeneratedKernel(kernel, {xc, idx}, {out}, {static_cast<double>(x.size(0))});
   return out;
 }
 

@@ -1,10 +1,12 @@
-"""index_add along the rows without atomics (runtime/index_add_sorted.cpp, codegen/gather_sum.cpp):
-the generated gather-sum kernel run on the CPU by cuda_emulation.py with the sort and offsets the
-runtime computes, against torch.index_add; out-of-range indices trap; the sums are deterministic
-(ascending src row, float, rounded once); the MESHFUSER_INDEX_ADD switch and its errors; on a GPU,
-index_add in a fusion through the sorted path against PyTorch."""
+"""Row gathers as generated kernels (runtime/row_gather.cpp, codegen/gather_sum.cpp): index_add
+along the rows without atomics, the gather-sum kernel run on the CPU by cuda_emulation.py with the
+sort and offsets the runtime computes, against torch.index_add (the sums deterministic: ascending
+src row, float, rounded once); index_select's row gather against torch.index_select; out-of-range
+indices trap; the MESHFUSER_INDEX_ADD switch and its errors; on a GPU, both in a fusion against
+PyTorch."""
 import os
 import re
+import subprocess
 import sys
 
 import pytest
@@ -15,6 +17,7 @@ from meshfuser import DataType, FusionDefinition
 
 sys.path.insert(0, os.path.dirname(__file__))
 import cuda_emulation  # noqa: E402
+from test_codegen_arch import _nvcc  # noqa: E402
 
 from meshfuser import _C  # noqa: E402
 
@@ -106,9 +109,53 @@ def test_gather_sum_kernel_text_depends_on_dtype_width_and_vector_only():
     assert a["name"] == b["name"] and a["source"] == b["source"]  # a new row count compiles nothing
     assert a["name"] != c["name"]
     assert b["count"] == 8192 * 4096 // 8 and b["block"] == 256
-    assert b["grid"] == 132 * 8  # sm_90: every SM full, the grid-stride loop covers the rest
+    assert b["grid"] == 8192 * 4096 // 8 // 256  # one (row, vector group) per thread
     assert re.fullmatch(r"mf_gather_sum_[0-9a-f]{16}", a["name"])
     assert "atomic" not in a["source"]
+
+
+def emulate_index_select(src, index, alignment_bytes=16):
+    width = src[0].numel()
+    k = _C._gather_sum_kernel(DT[src.dtype], index.numel(), width, alignment_bytes, mode="select")
+    out = torch.empty((index.numel(),) + tuple(src.shape[1:]), dtype=src.dtype)
+    cuda_emulation.run_grid_stride(k["source"], k["name"], [src.contiguous(), index.to(torch.int64), out,
+                                                            float(src.shape[0])],
+                                   [False, False, True, False], k["count"])
+    return out, k
+
+
+@needs_gxx
+@pytest.mark.parametrize("dtype,width,vec", [(torch.bfloat16, 128, 8), (torch.float32, 36, 4), (torch.bfloat16, 3, 1)])
+def test_row_gather_matches_index_select(dtype, width, vec):
+    torch.manual_seed(5)
+    src = torch.randn(7, width).to(dtype)
+    index = torch.tensor([6, 0, 0, 3, 6, 2, 1, 1, 5])  # repeats, any order, row 4 never read
+    out, k = emulate_index_select(src, index)
+    assert k["name"].startswith("mf_gather_rows_") and f"vec {vec}," in k["choices"]
+    assert torch.equal(out, torch.index_select(src, 0, index))
+
+
+@needs_gxx
+@pytest.mark.parametrize("bad", [-1, 7])
+def test_row_gather_traps_on_an_index_out_of_range(bad):
+    with pytest.raises(RuntimeError, match="emulated kernel failed"):
+        emulate_index_select(torch.randn(7, 64), torch.tensor([0, bad]))
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_kernels_compile_with_nvcc(arch, tmp_path):
+    nvcc = _nvcc()
+    if nvcc is None:
+        pytest.skip("nvcc is not on this machine: the row gathers were not compiled")
+    sources = [_C._gather_sum_kernel(dt, 8192, width, align, arch=arch, mode=mode)["source"]
+               for dt in (DataType.BFloat16, DataType.Half, DataType.Float) for mode in ("sum", "select")
+               for width, align in ((4096, 16), (66, 4), (3, 2))]
+    text = "\n".join(f"namespace k{i} {{\n{src}\n}}\n" for i, src in enumerate(sources))
+    cu = tmp_path / "row_gathers.cu"
+    cu.write_text(text)
+    r = subprocess.run([nvcc, f"-arch={arch}", "-std=c++17", "-c", str(cu), "-o", str(tmp_path / "k.o")],
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-4000:]
 
 
 def _index_add_fusion(shape, n, dtype=torch.float32):
@@ -155,3 +202,20 @@ def test_cuda_index_add_through_the_sorted_path(dtype, monkeypatch):
     fd_narrow = _index_add_fusion([rows, 8], n, dtype)
     with pytest.raises(meshfuser.Error, match="its rows are narrower than 64 elements"):
         fd_narrow.execute([x[:, :8].contiguous(), index, src[:, :8].contiguous()])
+
+
+@needs_cuda
+def test_cuda_index_select_rows(monkeypatch):
+    torch.manual_seed(6)
+    src = torch.randn(500, 3, 96, device="cuda").to(torch.bfloat16)  # rows of 3 x 96
+    index = torch.randint(0, 500, (2000,), device="cuda")
+    with FusionDefinition() as fd:
+        s = fd.define_tensor([500, 3, 96], dtype=DataType.BFloat16)
+        i = fd.define_tensor([2000], dtype=DataType.Int)
+        fd.add_output(fd.ops.index_select(s, 0, i))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+        out = fd.execute([src, index])[0]
+        torch.cuda.synchronize()
+    assert torch.equal(out, torch.index_select(src, 0, index))
+    kernels = [e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    assert any(k.startswith("mf_gather_rows_") for k in kernels), kernels
