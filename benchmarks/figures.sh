@@ -3,14 +3,14 @@
 # the GPU tests of generated kernels and attention, then the benchmarks with their kernel
 # breakdowns. Logs go to $OUT (or ./figures) and a summary to stdout.
 #   bash benchmarks/figures.sh            # all
-#   bash benchmarks/figures.sh llama moe  # some: tests gpt llama backend moe rope
+#   bash benchmarks/figures.sh llama moe  # some: tests gpt llama backend moe rope gather
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}"
 out=${OUT:-figures}
 mkdir -p "$out"
-wanted=${*:-tests gpt llama backend moe rope}
+wanted=${*:-tests gpt llama backend moe rope gather}
 t0=$SECONDS
 step() {  # name, command...: runs it into $out/name.log, prints its tables
   local name=$1; shift
@@ -20,9 +20,11 @@ step() {  # name, command...: runs it into $out/name.log, prints its tables
   grep -v "^\s*$" "$out/$name.log" | grep -v "Warning\|warn\|top kernels\|top aten\|return Variable" | cut -c1-300 | tail -40
 }
 step tests timeout 300 python -m pytest tests/python/test_codegen_gpu.py tests/python/test_codegen_resize.py \
-  tests/python/test_attention.py tests/python/test_block_kernels.py -q -p no:cacheprovider --timeout 120 -rf
+  tests/python/test_attention.py tests/python/test_block_kernels.py tests/python/test_row_gather.py\
+  tests/python/test_outer_reduction_split.py -q -p no:cacheprovider --timeout 120 -rf
 step gpt timeout 200 python benchmarks/transformer_block.py --block gpt --breakdown --segments
 step llama timeout 200 python benchmarks/transformer_block.py --block llama --breakdown --segments
 step backend timeout 200 python benchmarks/compile_backend.py --breakdown
 step moe timeout 200 python benchmarks/moe_layer.py --breakdown
 step rope timeout 100 python benchmarks/rope.py
+step gather bash -c 'cd benchmarks && timeout 150 python index_add.py'

@@ -223,9 +223,11 @@ at::Tensor embedding(const Expr* e, const std::vector<RuntimeValue>& in, const E
   int64_t all_rows = rows * shardsPerAxis(table)[0];
   // Every rank of the team holds these indices, so all of them raise this together.
   bool checkable = indices.numel() > 0 && !indices.is_meta();
-  MF_USER_CHECK(!checkable || (indices.min().item<int64_t>() >= 0 && indices.max().item<int64_t>() < all_rows),
-                e->toString(), ": indices must lie in [0, ", all_rows, ") (the table's rows); got values in [",
-                indices.min().item<int64_t>(), ", ", indices.max().item<int64_t>(), "]");
+  if (checkable) {
+    auto [lo, hi] = hostMinMax(indices);
+    MF_USER_CHECK(lo >= 0 && hi < all_rows, e->toString(), ": indices must lie in [0, ", all_rows,
+                  ") (the table's rows); got values in [", lo, ", ", hi, "]");
+  }
   at::Tensor shifted = indices - start;
   at::Tensor here = (shifted >= 0).logical_and_(shifted < rows);
   at::Tensor clamped = shifted.clamp(0, std::max<int64_t>(rows - 1, 0));
@@ -244,6 +246,12 @@ at::Tensor withStrideOrder(const at::Tensor& t, const std::vector<int64_t>& stri
   std::vector<int64_t> inverse(perm.size());
   for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int64_t>(i);
   return t.permute(perm).contiguous().permute(inverse);
+}
+
+std::pair<int64_t, int64_t> hostMinMax(const at::Tensor& t) {
+  auto [lo, hi] = at::aminmax(t);
+  at::Tensor both = at::stack({lo, hi}).to(at::kCPU, at::kLong);
+  return {both[0].item<int64_t>(), both[1].item<int64_t>()};
 }
 
 namespace {

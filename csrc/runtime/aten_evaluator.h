@@ -6,6 +6,7 @@
 
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "ir/nodes.h"
@@ -31,6 +32,10 @@ std::vector<int64_t> globalShape(const TensorView* tv, const ExtentBindings& bin
 // t with the same values in the layout `stride_order` describes (stride_order[i] ranks axis i's
 // stride, larger = outer); empty: row-major.
 at::Tensor withStrideOrder(const at::Tensor& t, const std::vector<int64_t>& stride_order);
+
+// The smallest and the largest element of a non-empty integer tensor, read to the host in one copy
+// (each device-to-host read waits for the device's queue to drain).
+std::pair<int64_t, int64_t> hostMinMax(const at::Tensor& t);
 
 // Where an expr runs: ops whose values depend on where this rank's shard lies (uniform) read the
 // rank; ops without tensor operands create their output on `device`.

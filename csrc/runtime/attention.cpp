@@ -44,13 +44,15 @@ at::Tensor rngScalar(int64_t value, const at::Tensor& like) {
 // One call's tensors as its kernel reads them, and the kernel.
 struct KernelCall {
   at::Tensor q, k, v;
-  at::Tensor k_repeated, v_repeated;  // grouped-query attention: the heads repeated, if the kernel needs them
+  at::Tensor k_grouped, v_grouped;  // grouped-query attention: the fewer heads, as given (4-D)
   int64_t head_dim = 0;  // unpadded
   int64_t kv_groups = 1;  // query heads per key/value head
   bool native_groups = false;  // the kernel reads the fewer key/value heads itself (no repeated copies)
   double scale = 1.0;
   AttentionKernel kernel = AttentionKernel::Math;
   bool fused() const { return kernel != AttentionKernel::Math && kernel != AttentionKernel::CpuFlash; }
+  // k and v with their heads repeated, for a kernel that does not read fewer key/value heads.
+  void repeatGroups();
   at::Tensor pad(const at::Tensor& t) const { return fused() ? padLastDim(t, q.size(-1)) : t; }
   at::Tensor unpad(const at::Tensor& t) const { return t.size(-1) == head_dim ? t : t.narrow(-1, 0, head_dim); }
   // A key/value gradient of the repeated heads, summed back onto the heads the caller has, in the
@@ -75,12 +77,33 @@ std::atomic<bool>& nativeGroupsAllowed(AttentionKernel kernel) {
 
 // Key/value heads repeated for grouped-query attention, [batch, heads, seq, head_dim] laid out as
 // [batch, seq, heads, head_dim]: the kernels write the gradients in their input's layout.
+std::vector<int64_t> repeatedSizes(const at::Tensor& t, int64_t groups) {
+  return {t.size(0), t.size(1) * groups, t.size(2), t.size(3)};
+}
+std::vector<int64_t> repeatedStrides(const std::vector<int64_t>& s) { return {s[2] * s[1] * s[3], s[3], s[1] * s[3], 1}; }
+
 at::Tensor repeatHeads(const at::Tensor& t, int64_t groups) {
   at::Tensor bshd = t.transpose(1, 2);
   return bshd.unsqueeze(3)
       .expand({t.size(0), t.size(2), t.size(1), groups, t.size(3)})
       .reshape({t.size(0), t.size(2), t.size(1) * groups, t.size(3)})
       .transpose(1, 2);
+}
+
+// What the dispatcher is asked with for the repeated heads, without repeating them (the copies
+// cost 0.18 ms in the Llama block's forward even where the kernel then read the fewer heads):
+// `q` where it has the repeated tensor's sizes, strides and dtype (self-attention from one
+// projection layout), else an allocation of that layout that is never written.
+at::Tensor repeatedHeadsStandIn(const at::Tensor& q, const at::Tensor& t, int64_t groups) {
+  const std::vector<int64_t> sizes = repeatedSizes(t, groups);
+  const std::vector<int64_t> strides = repeatedStrides(sizes);
+  if (q.sizes().vec() == sizes && q.strides().vec() == strides && q.scalar_type() == t.scalar_type()) return q;
+  return at::empty_strided(sizes, strides, t.options());
+}
+
+void KernelCall::repeatGroups() {
+  k = pad(repeatHeads(k_grouped, kv_groups));
+  v = pad(repeatHeads(v_grouped, kv_groups));
 }
 
 // The kernels (fused CUDA ones and PyTorch's CPU flash attention) read any layout with a unit
@@ -112,35 +135,34 @@ KernelCall prepare(const Expr* e, const at::Tensor& q, const at::Tensor& k, cons
   c.k = to4dStrided(k);
   c.v = to4dStrided(v);
   c.head_dim = q.size(-1);
-  // Grouped-query attention: each key/value head serves kv_groups consecutive query heads; the
-  // kernels get them repeated (as PyTorch's math path does) and the backward sums the groups.
+  // Grouped-query attention: each key/value head serves kv_groups consecutive query heads. cuDNN
+  // and flash read the fewer heads themselves; the other kernels get them repeated (as PyTorch's
+  // math path does) and the backward sums the groups. The kernel is chosen as for the repeated call.
   c.kv_groups = c.q.size(1) / c.k.size(1);
-  if (c.kv_groups > 1) {
-    c.k = repeatHeads(c.k, c.kv_groups);
-    c.v = repeatHeads(c.v, c.kv_groups);
-  }
   c.scale = a.scale.value_or(1.0 / std::sqrt(static_cast<double>(c.head_dim)));
   int64_t padded = (c.head_dim + kHeadDimMultiple - 1) / kHeadDimMultiple * kHeadDimMultiple;
-  at::Tensor qp = q.is_cuda() ? padLastDim(c.q, padded) : c.q;
-  at::Tensor kp = q.is_cuda() ? padLastDim(c.k, padded) : c.k;
-  at::Tensor vp = q.is_cuda() ? padLastDim(c.v, padded) : c.v;
-  c.kernel = chooseAttentionKernel(qp, kp, vp, a.dropout_p, a.is_causal, c.scale);
+  auto pad = [&](const at::Tensor& t) { return q.is_cuda() ? padLastDim(t, padded) : t; };
+  at::Tensor k_asked = c.k, v_asked = c.v;
+  if (c.kv_groups > 1) {
+    const bool unpadded = padded == c.head_dim && v.size(-1) % kHeadDimMultiple == 0;
+    k_asked = unpadded ? repeatedHeadsStandIn(c.q, c.k, c.kv_groups) : repeatHeads(c.k, c.kv_groups);
+    v_asked = unpadded ? repeatedHeadsStandIn(c.q, c.v, c.kv_groups) : repeatHeads(c.v, c.kv_groups);
+  }
+  at::Tensor qp = pad(c.q);
+  c.kernel = chooseAttentionKernel(qp, pad(k_asked), pad(v_asked), a.dropout_p, a.is_causal, c.scale);
   MF_USER_CHECK(!(c.kernel == AttentionKernel::Cudnn && a.dropout_p > 0.0), opInfo(e->op()).name,
                 ": MESHFUSER_ATTENTION_KERNEL=cudnn with dropout_p = ", a.dropout_p,
                 " is not supported (the backward could not redraw cuDNN's mask); force flash or math");
-  if (c.fused()) {
-    c.q = qp;
-    c.k = kp;
-    c.v = vp;
+  if (c.fused()) c.q = qp;
+  if (c.kv_groups > 1) {
+    c.k_grouped = c.k;
+    c.v_grouped = c.v;
+    c.native_groups = (c.kernel == AttentionKernel::Cudnn || c.kernel == AttentionKernel::Flash) &&
+                      nativeGroupsAllowed(c.kernel).load();
+    if (!c.native_groups) c.repeatGroups();
   }
-  if (c.kv_groups > 1 && (c.kernel == AttentionKernel::Cudnn || c.kernel == AttentionKernel::Flash) &&
-      nativeGroupsAllowed(c.kernel).load()) {
-    c.k_repeated = c.k;
-    c.v_repeated = c.v;
-    c.k = padLastDim(to4dStrided(k), padded);
-    c.v = padLastDim(to4dStrided(v), padded);
-    c.native_groups = true;
-  }
+  c.k = c.pad(c.k);
+  c.v = c.pad(c.v);
   recordAttentionKernel(e, c.kernel);
   return c;
 }
@@ -155,9 +177,8 @@ void runGrouped(const Expr* e, KernelCall& c, Fn&& call) {
       return;
     } catch (const c10::Error&) {
       nativeGroupsAllowed(c.kernel).store(false);
-      c.k = c.k_repeated;
-      c.v = c.v_repeated;
       c.native_groups = false;
+      c.repeatGroups();
     }
   }
   runKernel(e, c, call);

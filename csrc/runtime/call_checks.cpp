@@ -3,6 +3,7 @@
 #include <set>
 
 #include "ir/extent_expr.h"
+#include "runtime/aten_evaluator.h"
 #include "ir/fusion.h"
 #include "support/error.h"
 #include "support/text.h"
@@ -48,8 +49,7 @@ std::string embeddingIndexError(const Fusion& f, int64_t rank, const std::vector
     const auto* table = static_cast<const TensorView*>(e->input(1));
     std::optional<int64_t> rows = evaluateExtent(f, table->logicalNoReductions()[0]->extent(), bindings);
     if (!rows) continue;
-    auto [lo, hi] = at::aminmax(indices);
-    int64_t low = lo.item<int64_t>(), high = hi.item<int64_t>();
+    auto [low, high] = hostMinMax(indices);
     if (low >= 0 && high < *rows) continue;
     return mf::str("input ", input, " (", indices_tv->toString(), ") of ", e->toString(), ": indices must lie in [0, ",
                    *rows, ") (the table's rows); got values in [", low, ", ", high, "]");

@@ -76,13 +76,19 @@ at::Tensor groupedMm(const Expr* e, const std::vector<RuntimeValue>& in) {
 
 at::Tensor bincount(const Expr* e, const at::Tensor& x) {
   const int64_t bins = e->attr<int64_t>("minlength");
-  if (x.numel() > 0 && !x.is_meta()) {
-    const int64_t lo = x.min().item<int64_t>(), hi = x.max().item<int64_t>();
+  if (x.is_meta()) return at::empty({bins}, x.options().dtype(at::kLong));
+  if (x.numel() > 0) {
+    auto [lo, hi] = hostMinMax(x);
     MF_USER_CHECK(lo >= 0 && hi < bins, "bincount: the values of ", e->input(0)->toString(), " must lie in [0, ", bins,
                   ") (minlength, the number of bins); got values in [", lo, ", ", hi, "]");
   }
-  if (x.is_meta()) return at::empty({bins}, x.options().dtype(at::kLong));
-  return callAten(opInfo(e->op()).aten, {x.to(at::kLong), c10::IValue(), bins});
+  at::Tensor values = x.reshape({-1}).to(at::kLong);
+  if (x.is_cuda()) {
+    // ATen's CUDA bincount reads the minimum and the maximum back to the host again (two more
+    // synchronizations); the values are known to be in range, so add ones into the bins instead.
+    return at::zeros({bins}, values.options()).index_add_(0, values, at::ones_like(values));
+  }
+  return callAten(opInfo(e->op()).aten, {values, c10::IValue(), bins});
 }
 
 std::vector<at::Tensor> tensorsOf(const std::vector<c10::IValue>& values, size_t n) {

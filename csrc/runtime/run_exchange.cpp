@@ -76,18 +76,26 @@ void FusionExecutor::runExchange(int64_t index, const Communication& c, std::uno
     const int64_t rows = values.at(c.rows).size(0);
     bool nonnegative = std::all_of(counts.begin(), counts.end(), [](int64_t k) { return k >= 0; });
     const bool ok = nonnegative && sum(counts) == rows;
+    const std::string mine = ok ? std::string()
+                                : mf::str(" (rank ", rank, ": ", c.counts->label(), " = ", listText(counts), ", ",
+                                          nonnegative ? "sum " + std::to_string(sum(counts)) : std::string("negative"),
+                                          ", for ", rows, " rows of ", c.rows->label(), ")");
+    if (solo) {
+      // One device: its own counts are all there is to agree on, read above; no second read back.
+      MF_USER_CHECK(ok, op, ": the expert counts of rank(s) ", listText(std::vector<int64_t>{rank}),
+                    " do not cover their token rows (every count must be >= 0 and they must sum to the rows)", mine);
+      at::Tensor own = counts_value.reshape({1, e}).to(at::kLong);
+      bytes = TransferBytes{};
+      pending_finish_[c.output] = [own] { return own; };
+      return;
+    }
     at::Tensor send = at::empty({n, e + 1}, at::TensorOptions().dtype(at::kLong));
     send.narrow(1, 0, e).copy_(at::tensor(counts, at::kLong).view({n, e}));
     send.select(1, e).fill_(ok ? 1 : 0);
     send = send.to(counts_value.device());
     at::Tensor recv = at::empty_like(send);
-    if (solo) recv.copy_(send);
-    else works.push_back(comm.allToAll(c.team, recv, send));
+    works.push_back(comm.allToAll(c.team, recv, send));
     bytes.sent = bytes.received = (n - 1) * (e + 1) * static_cast<int64_t>(sizeof(int64_t));
-    const std::string mine = ok ? std::string()
-                                : mf::str(" (rank ", rank, ": ", c.counts->label(), " = ", listText(counts), ", ",
-                                          nonnegative ? "sum " + std::to_string(sum(counts)) : std::string("negative"),
-                                          ", for ", rows, " rows of ", c.rows->label(), ")");
     std::vector<int64_t> team = c.team;
     pending_finish_[c.output] = [recv, send, e, team, mine, op] {
       std::vector<int64_t> flags = hostLongs(recv.select(1, e));
