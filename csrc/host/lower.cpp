@@ -4,7 +4,7 @@
 // Guarantees: compute exprs are grouped into segments in the order of host/segment_order.cpp; each resharding expr
 //   becomes one Communication chosen by the table of docs/design.md section 6, with its team taken from
 //   the mesh slice along the parallel type that changes; a Wait sits right before the first use of
-//   a communication's output; a Deallocate follows each intermediate's last use. Exprs whose
+//   a communication's output (right after the post for a NoOp); a Deallocate follows each intermediate's last use. Exprs whose
 //   output mesh excludes this rank are dropped.
 #include <algorithm>
 #include <map>
@@ -238,8 +238,15 @@ std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, 
       hp->communications().push_back(c);
       int64_t index = static_cast<int64_t>(hp->communications().size()) - 1;
       insts.push_back({HostInstruction::Kind::PostCommunication, index, nullptr});
-      pending[e->out()] = index;
       open_segment = -1;
+      if (c.type == CommunicationType::NoOp) {
+        // Nothing to overlap with (the output is the input): waiting now lets the work that reads
+        // the output share a segment with the independent work after the post (a LayerNorm
+        // backward's statistics and the rest of it: one kernel plan, no intermediate in between).
+        insts.push_back({HostInstruction::Kind::Wait, index, nullptr});
+        continue;
+      }
+      pending[e->out()] = index;
       continue;
     }
     if (!participates(e->outTensor(0), rank)) continue;

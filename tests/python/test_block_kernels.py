@@ -62,3 +62,30 @@ def test_gpt_backward_gelu_backward_and_bias_gradient_are_one_kernel():
     # The backward of the block's one GELU (the W2 gradient's recomputed GELU is a gelu op).
     assert len(with_erf) == 1, kernels
     assert "sum" in with_erf[0], with_erf
+
+
+def test_norm_backward_statistics_share_the_kernel_of_the_rest_on_one_device():
+    """On one device the TP block's Allreduces are NoOps: the backward's recomputed normalization
+    statistics (placed before the wait, to overlap an Allreduce) and the rest of the norm backward
+    are one normalization kernel; there is no kernel of the statistics alone (it read x once more,
+    and LayerNorm's wrote x - mean in float for the next one)."""
+    e = H * HD
+    fd = blocks.llama_backward_definition(B, S, H, HD, FFN, 1, "tp", DataType.BFloat16, kv_heads=KV)
+    kv = KV * HD
+    shapes = {"normed0": [B, S, e], "q": [B, S, e], "k": [B, S, kv], "v": [B, S, kv], "attn": [B, S, e],
+              "res0": [B, S, e], "normed1": [B, S, e], "gate": [B, S, FFN], "up": [B, S, FFN]}
+    saved = [meta([B, H, S], torch.float32) if n == "lse" else meta([], torch.int64) if n in ("seed", "offset")
+             else meta(shapes[n]) for n in blocks.LLAMA_SAVED]
+    llama = generated_kernels(fd, [meta([B, S, e])] + saved +
+                              [meta(s) for s in blocks.llama_shapes(B, S, e, HD, FFN, kv_heads=KV).values()])
+    assert "wait 0" in fd.host_program().split("post 0")[1].splitlines()[1], fd.host_program()
+    gpt_fd = blocks.gpt_backward_definition(B, S, H, HD, 1, "tp", DataType.BFloat16)
+    gpt_saved = {"lse": meta([B, H, S], torch.float32), "seed": meta([], torch.int64),
+                 "offset": meta([], torch.int64), "pre": meta([B, S, 4 * e])}
+    gpt = generated_kernels(gpt_fd, [meta([B, S, e])] + [gpt_saved.get(n, meta([B, S, e])) for n in blocks.GPT_SAVED]
+                            + [meta(shape) for shape in blocks.gpt_shapes(B, S, e).values()])
+    for kernels, norms in ((llama, 2), (gpt, 2)):
+        with_rsqrt = [ops for _, ops in kernels if "rsqrt" in ops]
+        assert len(with_rsqrt) == norms, kernels
+        for ops in with_rsqrt:  # the statistics and the input gradient in one kernel
+            assert ops.count("sum") >= (2 if kernels is llama else 3) and "sub" in ops, ops
