@@ -23,9 +23,11 @@ IndexAddPath requestedIndexAddPath() {
   MF_THROW_USER("MESHFUSER_INDEX_ADD: unknown value '", v, "'; valid values are auto, aten, sorted");
 }
 
-// Why a generated row gather cannot take a call on `x` along `dim`, or empty.
-std::string whyNotGenerated(const at::Tensor& x, int64_t dim) {
+// Why a generated row gather cannot take a call on `x` along `dim` with `index`, or empty.
+std::string whyNotGenerated(const at::Tensor& x, int64_t dim, const at::Tensor& index) {
   if (!x.is_cuda()) return "x is not a CUDA tensor";
+  // ATen's own call then says what is wrong with the devices.
+  if (index.device() != x.device()) return "the index is not on x's device";
   if (isDisabled(DisableOption::Codegen)) return "generated kernels are disabled (MESHFUSER_DISABLE=codegen)";
   if (!cudaKernelsAvailable()) return "generated kernels are unavailable (no CUDA device or NVRTC)";
   if (x.dim() == 0 || (dim != 0 && dim != -x.dim())) return "it works along an axis other than the first";
@@ -46,8 +48,9 @@ std::optional<at::Tensor> indexAddSorted(const at::Tensor& x, int64_t dim, const
                                          const at::Tensor& src) {
   const IndexAddPath path = requestedIndexAddPath();
   if (path == IndexAddPath::Aten) return std::nullopt;
-  std::string why = whyNotGenerated(x, dim);
+  std::string why = whyNotGenerated(x, dim, index);
   if (why.empty() && src.scalar_type() != x.scalar_type()) why = "x and src differ in dtype";
+  if (why.empty() && src.device() != x.device()) why = "src is not on x's device";
   if (why.empty() && (x.size(0) == 0 || x.numel() / x.size(0) < kMinSortedRowElements)) {
     why = "its rows are narrower than 64 elements";
   }
@@ -78,8 +81,9 @@ std::optional<at::Tensor> indexAddSorted(const at::Tensor& x, int64_t dim, const
 }
 
 std::optional<at::Tensor> indexSelectRows(const at::Tensor& x, int64_t dim, const at::Tensor& index) {
-  if (!whyNotGenerated(x, dim).empty() || x.size(0) == 0) return std::nullopt;
-  at::Tensor xc = x.contiguous();
+  // A strided x stays on ATen, which reads it in place (a copy first would move all of x).
+  if (!whyNotGenerated(x, dim, index).empty() || x.size(0) == 0 || !x.is_contiguous()) return std::nullopt;
+  const at::Tensor& xc = x;
   at::Tensor idx = index.reshape({-1}).to(at::kLong);
   std::vector<int64_t> sizes = x.sizes().vec();
   sizes[0] = idx.numel();

@@ -19,7 +19,7 @@ std::optional<at::Tensor> indexAddSorted(const at::Tensor& x, int64_t dim, const
                                          const at::Tensor& src);
 
 // index_select(x, dim, index) as a generated row gather, or nullopt where it does not apply (as
-// above, without the width limit and the switch).
+// above, without the width limit and the switch, and for a strided x, which ATen reads in place).
 std::optional<at::Tensor> indexSelectRows(const at::Tensor& x, int64_t dim, const at::Tensor& index);
 
 }  // namespace mf
