@@ -91,7 +91,83 @@ def run_grid_stride(source, name, args, is_output, count, threads=64):
     """Runs kernel `name` of `source` (a grid-stride loop over `count` items) as one block of
     `threads` threads, one thread after another. `args`: the parameters before the count, in order:
     tensors (CPU; those with is_output[i] are written back in place) or Python floats (doubles)."""
-    lines = ["#include <cstdio>\n" + CPU_PRELUDE, _kernel_text(source), "int main(int argc, char** argv) {"]
+    launch = [f"  blockDim.x = {threads}; gridDim.x = 1;",
+              f"  for (unsigned t = 0; t < {threads}; ++t) {{ threadIdx.x = t; {name}(MF_ARGS, {count}LL); }}"]
+    _compile_and_run(CPU_PRELUDE, _kernel_text(source), args, is_output, launch, [])
+
+
+# Blocks whose threads meet at barriers and exchange values in warps (reduction and normalization
+# kernels): every thread of a block is an OS thread; __syncthreads is a barrier of the block,
+# a warp shuffle writes its value to the warp's slots and reads its partner's between two barriers
+# of the warp. Blocks run one after another, so __shared__ arrays (static here) are the block's.
+BLOCK_PRELUDE = CPU_PRELUDE.replace("static mf_dim3 threadIdx, blockIdx, blockDim, gridDim;", r"""
+#include <barrier>
+#include <memory>
+#include <thread>
+#include <vector>
+static thread_local mf_dim3 threadIdx;
+static mf_dim3 blockIdx, blockDim, gridDim;
+static std::barrier<>* mf_block_barrier;
+static std::barrier<>* mf_warp_barrier[64];
+static unsigned long long mf_lanes[64][32];
+#define __shared__ static
+#include <atomic>
+inline void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+inline int atomicAdd(int* p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+template <typename T> T __ldcg(const T* p) { T v; __atomic_load(p, &v, __ATOMIC_SEQ_CST); return v; }
+static unsigned char mf_workspace[1 << 24] __attribute__((aligned(64)));  // zeroed: the arrival counters
+inline void __syncthreads() { mf_block_barrier->arrive_and_wait(); }
+inline int mf_tid() { return threadIdx.x + threadIdx.y * blockDim.x + threadIdx.z * blockDim.x * blockDim.y; }
+template <typename T>
+T mf_exchange(T v, int src_lane) {
+  const int t = mf_tid(), warp = t / 32, lane = t % 32;
+  std::memcpy(&mf_lanes[warp][lane], &v, sizeof(T));
+  mf_warp_barrier[warp]->arrive_and_wait();
+  T r;
+  std::memcpy(&r, &mf_lanes[warp][src_lane], sizeof(T));
+  mf_warp_barrier[warp]->arrive_and_wait();
+  return r;
+}
+template <typename T> T __shfl_xor_sync(unsigned, T v, int mask, int = 32) { return mf_exchange(v, (mf_tid() % 32) ^ mask); }
+template <typename T> T __shfl_down_sync(unsigned, T v, unsigned d, int w = 32) {
+  const int lane = mf_tid() % 32;
+  return mf_exchange(v, (lane % w) + (int)d < w ? lane + (int)d : lane);
+}
+template <typename T> T __shfl_sync(unsigned, T v, int src, int w = 32) {
+  return mf_exchange(v, (mf_tid() % 32) / w * w + src % w);
+}
+""")
+
+
+def run_block_kernel(source, name, args, is_output, count, block, grid=(1, 1)):
+    """Runs kernel `name` of `source` with `block` = (x, y) threads per block on a `grid` = (x, y)
+    of blocks, on the CPU (BLOCK_PRELUDE). `args` as for run_grid_stride."""
+    bx, by = block
+    n = bx * by
+    # Split reductions take a workspace (partials, then arrival counters that start at zero).
+    workspace = ", mf_workspace" if "mf_work)" in source.replace("\n", "").replace(" ", "") else ""
+    assert n <= 64 * 32
+    launch = [f"  blockDim.x = {bx}; blockDim.y = {by}; gridDim.x = {grid[0]}; gridDim.y = {grid[1]};",
+              f"  for (unsigned gy = 0; gy < {grid[1]}; ++gy) for (unsigned gx = 0; gx < {grid[0]}; ++gx) {{",
+              "    blockIdx.x = gx; blockIdx.y = gy;",
+              f"    std::barrier<> block_barrier({n}); mf_block_barrier = &block_barrier;",
+              "    std::vector<std::unique_ptr<std::barrier<>>> warps;",
+              f"    for (int w = 0; w * 32 < {n}; ++w) {{",
+              f"      warps.emplace_back(new std::barrier<>(std::min(32, {n} - w * 32)));",
+              "      mf_warp_barrier[w] = warps.back().get();",
+              "    }",
+              "    std::vector<std::thread> threads;",
+              f"    for (unsigned t = 0; t < {n}; ++t) threads.emplace_back([&, t] {{",
+              f"      threadIdx.x = t % {bx}; threadIdx.y = t / {bx}; {name}(MF_ARGS, {count}LL{workspace});",
+              "    });",
+              "    for (auto& th : threads) th.join();",
+              "  }"]
+    _compile_and_run(BLOCK_PRELUDE, _kernel_text(source), args, is_output, launch, ["-std=c++20", "-pthread"])
+
+
+def _compile_and_run(prelude, kernel, args, is_output, launch, flags):
+    lines = ["#include <cstdio>\n" + prelude, kernel, "int main(int argc, char** argv) {"]
     values = []
     tensors = [(i, t) for i, t in enumerate(args) if isinstance(t, torch.Tensor)]
     for i, t in tensors:
@@ -103,9 +179,7 @@ def run_grid_stride(source, name, args, is_output, count, threads=64):
             values.append(f"({C_TYPES[a.dtype]}*)(buf{i} + {a.storage_offset() * DTYPE_BYTES[a.dtype]})")
         else:
             values.append(repr(float(a)))
-    lines.append(f"  blockDim.x = {threads}; gridDim.x = 1;")
-    lines.append(f"  for (unsigned t = 0; t < {threads}; ++t) {{ threadIdx.x = t; {name}({', '.join(values)}, "
-                 f"{count}LL); }}")
+    lines += [line.replace("MF_ARGS", ", ".join(values)) for line in launch]
     for i, t in tensors:
         if is_output[i]:
             storage = t.untyped_storage().nbytes()
@@ -117,7 +191,7 @@ def run_grid_stride(source, name, args, is_output, count, threads=64):
         with open(cpp, "w") as f:
             f.write("\n".join(lines))
         exe = os.path.join(d, "k")
-        r = subprocess.run(["g++", "-O1", "-std=c++17", "-w", cpp, "-o", exe], capture_output=True, text=True,
+        r = subprocess.run(["g++", "-O1", "-std=c++17", *flags, "-w", cpp, "-o", exe], capture_output=True, text=True,
                            timeout=300)
         assert r.returncode == 0, r.stderr[-4000:]
         paths = [os.path.join(d, f"t{i}.bin") for i in range(len(args))]

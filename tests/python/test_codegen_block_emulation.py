@@ -1,0 +1,112 @@
+"""Normalization kernels with barriers and warp shuffles, run on the CPU (cuda_emulation.py's block
+emulation: one OS thread per CUDA thread) against PyTorch: the norm backwards as the transformer
+blocks write them on one GPU, statistics recomputed in the same kernel as the input gradient
+(chained block reductions: mean, variance, then the gradient's two sums), and the weight/bias
+gradients' column sums."""
+import os
+import re
+import sys
+
+import pytest
+import torch
+
+from meshfuser import DataType, FusionDefinition
+
+sys.path.insert(0, os.path.dirname(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+import cuda_emulation  # noqa: E402
+import transformer_blocks as blocks  # noqa: E402
+
+needs_gxx = pytest.mark.skipif(not cuda_emulation.available(), reason="g++ is not on this machine")
+ROWS, COLS = 3, 4096  # wide rows: 256-thread blocks reducing through shared memory
+
+
+def _kernel(source):
+    name = re.search(r"(mf_\w+_[0-9a-f]{16})\(", source).group(1)
+    bx, by = (int(v) for v in re.search(r"(\d+) x (\d+) threads per block", source).group(1, 2))
+    return name, (bx, by)
+
+
+def _run_segment(fd, inputs, values):
+    """Runs every generated kernel of fd's one segment in order on the CPU: `values` maps tensor
+    numbers to tensors (the fusion's inputs); each kernel's outputs are added to it."""
+    for source in fd.cuda_kernels(inputs):
+        name, block = _kernel(source)
+        params = cuda_emulation.kernel_parameters(source)
+        kernel = source[source.index('extern "C"'):]
+        sig = kernel[:kernel.index(") {")]
+        # Row kernels write [ROWS, COLS] outputs; the others (column sums) [COLS].
+        outer = "normalization: mf_count rows x" not in source
+        for is_out, n in params:
+            if is_out:
+                ctype = re.search(rf"(\w+)\* __restrict__ T{n}\b", sig).group(1)
+                dtype = {"float": torch.float32, "mf_bf16": torch.bfloat16}[ctype]
+                values[n] = torch.zeros(COLS if outer else (ROWS, COLS), dtype=dtype)
+        cuda_emulation.run_block_kernel(source, name, [values[n] for _, n in params], [o for o, _ in params], ROWS,
+                                        block)
+    return values
+
+
+def _inputs(n, seed):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(1, ROWS, COLS, generator=g).to(torch.bfloat16) for _ in range(n)]
+
+
+@needs_gxx
+def test_layer_norm_backward_with_its_statistics_in_one_kernel():
+    dy, x, res = _inputs(3, 0)
+    w = (torch.randn(COLS, generator=torch.Generator().manual_seed(1)) * 0.5 + 1).to(torch.bfloat16)
+    with FusionDefinition() as fd:
+        t_dy, t_x = (fd.define_tensor([1, ROWS, COLS], dtype=DataType.BFloat16) for _ in range(2))
+        t_w = fd.define_tensor([COLS], dtype=DataType.BFloat16)
+        t_res = fd.define_tensor([1, ROWS, COLS], dtype=DataType.BFloat16)
+        dx, dw, db = blocks.layer_norm_backward(fd, t_dy, t_x, t_w, COLS, DataType.BFloat16)
+        fd.add_output(fd.ops.add(dx, t_res))
+        fd.add_output(dw)
+        fd.add_output(db)
+    kernels = fd.cuda_kernels([dy, x, w, res])
+    assert len(kernels) == 2 and "256 x 1 threads per block" in kernels[0], kernels[0][:1500]
+    assert kernels[0].count("__syncthreads") >= 3  # mean, variance, then the gradient's sums
+    values = _run_segment(fd, [dy, x, w, res], {0: dy, 1: x, 2: w, 3: res})
+    expected = fd.execute([dy, x, w, res])  # the ATen evaluator: the reference meaning
+    # Which emulated outputs are the fusion's: match by dtype and shape in order.
+    outs = [values[n] for n in sorted(values) if n > 3 and values[n].dtype == torch.bfloat16]
+    got_dx = next(t for t in outs if t.dim() == 2)
+    xf, dyf, wf = x.double()[0], dy.double()[0], w.double()
+    mean = xf.mean(1, keepdim=True)
+    xhat = (xf - mean) / torch.sqrt(xf.var(1, unbiased=False, keepdim=True) + 1e-5)
+    g = dyf * wf
+    ref_dx = (g - g.mean(1, keepdim=True) - xhat * (g * xhat).mean(1, keepdim=True)) / torch.sqrt(
+        xf.var(1, unbiased=False, keepdim=True) + 1e-5)
+    torch.testing.assert_close(got_dx.float(), (ref_dx + res.double()[0]).float(), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(got_dx.float(), expected[0][0].float(), rtol=2e-2, atol=2e-2)
+    cols = [values[n] for n in sorted(values) if n > 3 and values[n].dim() == 1]
+    assert len(cols) == 2
+    for got, ref in zip(sorted(cols, key=lambda t: float((t.float() - (dyf * xhat).sum(0).float()).abs().max())),
+                        [(dyf * xhat).sum(0), dyf.sum(0)]):
+        torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=5e-2)
+
+
+@needs_gxx
+def test_rms_norm_backward_with_its_statistics_in_one_kernel():
+    dy, x, res = _inputs(3, 2)
+    w = (torch.randn(COLS, generator=torch.Generator().manual_seed(3)) * 0.5 + 1).to(torch.bfloat16)
+    with FusionDefinition() as fd:
+        t_dy, t_x = (fd.define_tensor([1, ROWS, COLS], dtype=DataType.BFloat16) for _ in range(2))
+        t_w = fd.define_tensor([COLS], dtype=DataType.BFloat16)
+        t_res = fd.define_tensor([1, ROWS, COLS], dtype=DataType.BFloat16)
+        dx, dw = blocks.rms_norm_backward(fd, t_dy, t_x, t_w, COLS, DataType.BFloat16)
+        fd.add_output(fd.ops.add(dx, t_res))
+        fd.add_output(dw)
+    kernels = fd.cuda_kernels([dy, x, w, res])
+    assert "256 x 1 threads per block" in kernels[0] and kernels[0].count("__syncthreads") >= 2
+    values = _run_segment(fd, [dy, x, w, res], {0: dy, 1: x, 2: w, 3: res})
+    got_dx = next(values[n] for n in sorted(values) if n > 3 and values[n].dtype == torch.bfloat16
+                  and values[n].dim() == 2)
+    xf, dyf, wf = x.double()[0], dy.double()[0], w.double()
+    rstd = 1 / torch.sqrt((xf * xf).mean(1, keepdim=True) + 1e-5)
+    xhat, g = xf * rstd, dyf * wf
+    ref_dx = rstd * (g - xhat * (g * xhat).mean(1, keepdim=True))
+    torch.testing.assert_close(got_dx.float(), (ref_dx + res.double()[0]).float(), rtol=2e-2, atol=2e-2)
+    got_dw = next(values[n] for n in sorted(values) if n > 3 and values[n].dim() == 1)
+    torch.testing.assert_close(got_dw.float(), (dyf * xhat).sum(0).float(), rtol=2e-2, atol=5e-2)
