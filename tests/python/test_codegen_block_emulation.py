@@ -110,3 +110,21 @@ def test_rms_norm_backward_with_its_statistics_in_one_kernel():
     torch.testing.assert_close(got_dx.float(), (ref_dx + res.double()[0]).float(), rtol=2e-2, atol=2e-2)
     got_dw = next(values[n] for n in sorted(values) if n > 3 and values[n].dim() == 1)
     torch.testing.assert_close(got_dw.float(), (dyf * xhat).sum(0).float(), rtol=2e-2, atol=5e-2)
+
+
+@needs_gxx
+@pytest.mark.parametrize("grid_y", [1, 3])
+def test_outer_reduction_split_over_row_chunks(grid_y):
+    """A column sum over many rows, its rows split into chunks over grid_y (3: chunks of 768, 768
+    and 512 rows): each block writes its chunk's partials to the workspace and the last block of a
+    column tile combines them. Two column blocks stride over the 16 tiles."""
+    sys.path.insert(0, os.path.dirname(__file__))
+    from test_outer_reduction_split import column_sum
+    rows, cols = 2048, 512
+    x = torch.randn(rows, cols, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+    (source,) = column_sum(DataType.BFloat16).cuda_kernels([x], arch="sm_90")
+    name, block = _kernel(source)
+    assert "mf_work" in source and block == (4, 256)
+    out = torch.zeros(cols, dtype=torch.bfloat16)
+    cuda_emulation.run_block_kernel(source, name, [x, out], [False, True], rows, block, grid=(2, grid_y))
+    torch.testing.assert_close(out, (x.double().sum(0) * 0.5).to(torch.bfloat16), rtol=1e-2, atol=1e-2)
