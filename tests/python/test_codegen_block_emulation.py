@@ -47,69 +47,49 @@ def _run_segment(fd, inputs, values):
     return values
 
 
-def _inputs(n, seed):
+def _norm_backward(backward, seed):
+    """The block's norm backward (examples/transformer_blocks.py) on [1, ROWS, COLS] bf16, its dx
+    plus a residual, emulated kernel by kernel: (the fusion's outputs in order, the generated
+    kernels, dy, x, w, the residual, all in float64 but the outputs)."""
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(1, ROWS, COLS, generator=g).to(torch.bfloat16) for _ in range(n)]
+    dy, x, res = (torch.randn(1, ROWS, COLS, generator=g).to(torch.bfloat16) for _ in range(3))
+    w = (torch.randn(COLS, generator=g) * 0.5 + 1).to(torch.bfloat16)
+    with FusionDefinition() as fd:
+        t_dy, t_x = (fd.define_tensor([1, ROWS, COLS], dtype=DataType.BFloat16) for _ in range(2))
+        t_w = fd.define_tensor([COLS], dtype=DataType.BFloat16)
+        t_res = fd.define_tensor([1, ROWS, COLS], dtype=DataType.BFloat16)
+        dx, *weights = backward(fd, t_dy, t_x, t_w, COLS, DataType.BFloat16)
+        for out in [fd.ops.add(dx, t_res)] + weights:
+            fd.add_output(out)
+    inputs = [dy, x, w, res]
+    kernels = fd.cuda_kernels(inputs)
+    values = _run_segment(fd, inputs, dict(enumerate(inputs)))
+    numbers = [int(t[1:]) for t in str(fd).strip().splitlines()[-2].split("outputs:")[1].split()]
+    return [values[n] for n in numbers], kernels, *(t.double() for t in (dy[0], x[0], w, res[0]))
 
 
 @needs_gxx
 def test_layer_norm_backward_with_its_statistics_in_one_kernel():
-    dy, x, res = _inputs(3, 0)
-    w = (torch.randn(COLS, generator=torch.Generator().manual_seed(1)) * 0.5 + 1).to(torch.bfloat16)
-    with FusionDefinition() as fd:
-        t_dy, t_x = (fd.define_tensor([1, ROWS, COLS], dtype=DataType.BFloat16) for _ in range(2))
-        t_w = fd.define_tensor([COLS], dtype=DataType.BFloat16)
-        t_res = fd.define_tensor([1, ROWS, COLS], dtype=DataType.BFloat16)
-        dx, dw, db = blocks.layer_norm_backward(fd, t_dy, t_x, t_w, COLS, DataType.BFloat16)
-        fd.add_output(fd.ops.add(dx, t_res))
-        fd.add_output(dw)
-        fd.add_output(db)
-    kernels = fd.cuda_kernels([dy, x, w, res])
+    (dx, dw, db), kernels, dy, x, w, res = _norm_backward(blocks.layer_norm_backward, 0)
     assert len(kernels) == 2 and "256 x 1 threads per block" in kernels[0], kernels[0][:1500]
     assert kernels[0].count("__syncthreads") >= 3  # mean, variance, then the gradient's sums
-    values = _run_segment(fd, [dy, x, w, res], {0: dy, 1: x, 2: w, 3: res})
-    expected = fd.execute([dy, x, w, res])  # the ATen evaluator: the reference meaning
-    # Which emulated outputs are the fusion's: match by dtype and shape in order.
-    outs = [values[n] for n in sorted(values) if n > 3 and values[n].dtype == torch.bfloat16]
-    got_dx = next(t for t in outs if t.dim() == 2)
-    xf, dyf, wf = x.double()[0], dy.double()[0], w.double()
-    mean = xf.mean(1, keepdim=True)
-    xhat = (xf - mean) / torch.sqrt(xf.var(1, unbiased=False, keepdim=True) + 1e-5)
-    g = dyf * wf
-    ref_dx = (g - g.mean(1, keepdim=True) - xhat * (g * xhat).mean(1, keepdim=True)) / torch.sqrt(
-        xf.var(1, unbiased=False, keepdim=True) + 1e-5)
-    torch.testing.assert_close(got_dx.float(), (ref_dx + res.double()[0]).float(), rtol=2e-2, atol=2e-2)
-    torch.testing.assert_close(got_dx.float(), expected[0][0].float(), rtol=2e-2, atol=2e-2)
-    cols = [values[n] for n in sorted(values) if n > 3 and values[n].dim() == 1]
-    assert len(cols) == 2
-    for got, ref in zip(sorted(cols, key=lambda t: float((t.float() - (dyf * xhat).sum(0).float()).abs().max())),
-                        [(dyf * xhat).sum(0), dyf.sum(0)]):
-        torch.testing.assert_close(got.float(), ref.float(), rtol=2e-2, atol=5e-2)
+    rstd = 1 / torch.sqrt(x.var(1, unbiased=False, keepdim=True) + 1e-5)
+    xhat, g = (x - x.mean(1, keepdim=True)) * rstd, dy * w
+    ref_dx = rstd * (g - g.mean(1, keepdim=True) - xhat * (g * xhat).mean(1, keepdim=True))
+    torch.testing.assert_close(dx.float(), (ref_dx + res).float(), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(dw.float(), (dy * xhat).sum(0).float(), rtol=2e-2, atol=5e-2)
+    torch.testing.assert_close(db.float(), dy.sum(0).float(), rtol=2e-2, atol=5e-2)
 
 
 @needs_gxx
 def test_rms_norm_backward_with_its_statistics_in_one_kernel():
-    dy, x, res = _inputs(3, 2)
-    w = (torch.randn(COLS, generator=torch.Generator().manual_seed(3)) * 0.5 + 1).to(torch.bfloat16)
-    with FusionDefinition() as fd:
-        t_dy, t_x = (fd.define_tensor([1, ROWS, COLS], dtype=DataType.BFloat16) for _ in range(2))
-        t_w = fd.define_tensor([COLS], dtype=DataType.BFloat16)
-        t_res = fd.define_tensor([1, ROWS, COLS], dtype=DataType.BFloat16)
-        dx, dw = blocks.rms_norm_backward(fd, t_dy, t_x, t_w, COLS, DataType.BFloat16)
-        fd.add_output(fd.ops.add(dx, t_res))
-        fd.add_output(dw)
-    kernels = fd.cuda_kernels([dy, x, w, res])
+    (dx, dw), kernels, dy, x, w, res = _norm_backward(blocks.rms_norm_backward, 2)
     assert "256 x 1 threads per block" in kernels[0] and kernels[0].count("__syncthreads") >= 2
-    values = _run_segment(fd, [dy, x, w, res], {0: dy, 1: x, 2: w, 3: res})
-    got_dx = next(values[n] for n in sorted(values) if n > 3 and values[n].dtype == torch.bfloat16
-                  and values[n].dim() == 2)
-    xf, dyf, wf = x.double()[0], dy.double()[0], w.double()
-    rstd = 1 / torch.sqrt((xf * xf).mean(1, keepdim=True) + 1e-5)
-    xhat, g = xf * rstd, dyf * wf
+    rstd = 1 / torch.sqrt((x * x).mean(1, keepdim=True) + 1e-5)
+    xhat, g = x * rstd, dy * w
     ref_dx = rstd * (g - xhat * (g * xhat).mean(1, keepdim=True))
-    torch.testing.assert_close(got_dx.float(), (ref_dx + res.double()[0]).float(), rtol=2e-2, atol=2e-2)
-    got_dw = next(values[n] for n in sorted(values) if n > 3 and values[n].dim() == 1)
-    torch.testing.assert_close(got_dw.float(), (dyf * xhat).sum(0).float(), rtol=2e-2, atol=5e-2)
+    torch.testing.assert_close(dx.float(), (ref_dx + res).float(), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(dw.float(), (dy * xhat).sum(0).float(), rtol=2e-2, atol=5e-2)
 
 
 @needs_gxx
