@@ -7,6 +7,7 @@
 #include "ir/op_registry.h"
 #include "runtime/aten_evaluator.h"
 #include "runtime/cuda_kernel.h"
+#include "codegen/piece_recompute.h"
 #include "support/error.h"
 #include "support/log.h"
 #include "support/options.h"
@@ -26,16 +27,27 @@ std::optional<GeneratedKernel> generate(const KernelSegment& segment, const std:
   return k;
 }
 
+// What a piece stores besides the values read after it: nothing of `recomputed` (the next piece
+// computes them again), all of `leaves` (the statistics that computing needs); `done`: the exprs
+// of the pieces before it, whose reads do not count (they have run).
+struct PieceOutputs {
+  const std::unordered_set<const Expr*>* done = nullptr;
+  const Recompute* recompute = nullptr;
+};
+
 // The piece for `exprs` with its kernel, or with why_not when the generator refuses it.
 SegmentKernels::Piece makePiece(const std::vector<Expr*>& exprs, const Fusion& fusion,
-                                const SegmentKernels::Values& values, const DeviceLimits& device) {
+                                const SegmentKernels::Values& values, const DeviceLimits& device,
+                                const PieceOutputs& stored = {}) {
   SegmentKernels::Piece p;
   p.exprs = exprs;
   std::unordered_set<const Expr*> in_piece(exprs.begin(), exprs.end());
   p.segment = makeKernelSegment(exprs, [&](const Val* v) {
     if (fusion.isOutput(v)) return true;
+    if (stored.recompute && stored.recompute->leaves.count(v)) return true;
+    if (stored.recompute && stored.recompute->values.count(v)) return false;
     for (const Expr* use : v->uses()) {
-      if (!in_piece.count(use)) return true;
+      if (!in_piece.count(use) && !(stored.done && stored.done->count(use))) return true;
     }
     return false;
   });
@@ -96,6 +108,27 @@ std::string sizesText(const std::vector<KernelTensorArg>& args) {
   std::string text;
   for (const KernelTensorArg& a : args) text += (text.empty() ? "" : ", ") + listText(a.sizes);
   return text;
+}
+
+// `group` without the recomputed exprs that nothing left in it reads (a product only the next
+// piece's column sums read): computed there, not here.
+std::vector<Expr*> withoutUnread(const std::vector<Expr*>& group, const Recompute& again) {
+  std::unordered_set<const Expr*> in_group(group.begin(), group.end()), dropped;
+  const std::unordered_set<const Expr*> recomputed(again.exprs.begin(), again.exprs.end());
+  for (auto it = group.rbegin(); it != group.rend(); ++it) {
+    const Expr* g = *it;
+    bool needed = !recomputed.count(g);
+    for (const Val* out : g->outputs()) {
+      needed = needed || !again.values.count(out);
+      for (const Expr* use : out->uses()) needed = needed || (in_group.count(use) && !dropped.count(use));
+    }
+    if (!needed) dropped.insert(g);
+  }
+  std::vector<Expr*> kept;
+  for (Expr* g : group) {
+    if (!dropped.count(g)) kept.push_back(g);
+  }
+  return kept;
 }
 
 }  // namespace
@@ -224,14 +257,21 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
     finish(std::move(whole));
     return;
   }
-  const std::vector<Expr*> ordered = inputViewsFirst(exprs);
+  std::vector<Expr*> ordered = inputViewsFirst(exprs);
   std::vector<Expr*> group;
   std::optional<Piece> accepted;  // the kernel for `group`
+  std::unordered_set<const Expr*> done;        // the exprs of finished pieces
+  std::unordered_set<const Expr*> recomputed;  // exprs queued again by piece_recompute.h
+  PieceOutputs after_done{&done, nullptr};
+  auto finishGroup = [&](Piece p) {
+    done.insert(p.exprs.begin(), p.exprs.end());
+    finish(std::move(p));
+  };
   for (size_t i = 0; i < ordered.size(); ++i) {
     Expr* e = ordered[i];
     std::vector<Expr*> grown = group;
     grown.push_back(e);
-    Piece candidate = makePiece(grown, fusion, values, device_);
+    Piece candidate = makePiece(grown, fusion, values, device_, after_done);
     if (candidate.kernel) {
       group = std::move(grown);
       accepted = std::move(candidate);
@@ -243,7 +283,7 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
     size_t joined = 0;
     for (size_t j = i + 1; accepted && j < std::min(ordered.size(), i + 1 + kLookahead); ++j) {
       grown.push_back(ordered[j]);
-      Piece later = makePiece(grown, fusion, values, device_);
+      Piece later = makePiece(grown, fusion, values, device_, after_done);
       if (later.kernel && later.kernel->scheduler == accepted->kernel->scheduler) {
         group = grown;
         accepted = std::move(later);
@@ -255,18 +295,38 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
       i = joined;
       continue;
     }
-    if (accepted) finish(std::move(*accepted));
+    // The kernel ends here: what the rest reads from it and costs less to compute again than to
+    // store and load is computed again at the start of the next piece (piece_recompute.h).
+    if (accepted && !std::all_of(group.begin(), group.end(), [&](const Expr* g) { return recomputed.count(g); })) {
+      const std::vector<Expr*> rest(ordered.begin() + static_cast<std::ptrdiff_t>(i), ordered.end());
+      Recompute again = recomputeInNextPiece(group, rest, fusion);
+      if (!again.exprs.empty()) {
+        PieceOutputs storing{&done, &again};
+        Piece leaner = makePiece(withoutUnread(group, again), fusion, values, device_, storing);
+        if (leaner.kernel) {
+          finishGroup(std::move(leaner));
+          accepted.reset();
+          group.clear();
+          recomputed.insert(again.exprs.begin(), again.exprs.end());
+          for (const Expr* r : again.exprs) done.erase(r);  // they run again: their reads count
+          ordered.insert(ordered.begin() + static_cast<std::ptrdiff_t>(i), again.exprs.begin(), again.exprs.end());
+          --i;  // plan from the first recomputed expr
+          continue;
+        }
+      }
+    }
+    if (accepted) finishGroup(std::move(*accepted));
     accepted.reset();
     group.clear();
-    Piece alone = makePiece({e}, fusion, values, device_);
+    Piece alone = makePiece({e}, fusion, values, device_, after_done);
     if (alone.kernel) {
       group = {e};
       accepted = std::move(alone);
     } else {
-      finish(std::move(alone));
+      finishGroup(std::move(alone));
     }
   }
-  if (accepted) finish(std::move(*accepted));
+  if (accepted) finishGroup(std::move(*accepted));
 }
 
 void SegmentKernels::run(const std::vector<Expr*>& exprs, const Fusion& fusion, Values& values, const EvalFn& eval,

@@ -2,7 +2,8 @@
 emulation: one OS thread per CUDA thread) against PyTorch: the norm backwards as the transformer
 blocks write them on one GPU, statistics recomputed in the same kernel as the input gradient
 (chained block reductions: mean, variance, then the gradient's two sums), and the weight/bias
-gradients' column sums."""
+gradients' column sums, which compute dy in float and xhat again from the bf16 inputs and the
+row kernel's statistics (runtime/piece_recompute.h) instead of reading them back in float."""
 import os
 import re
 import sys
@@ -27,14 +28,18 @@ def _kernel(source):
     return name, (bx, by)
 
 
+def _signature(source):
+    kernel = source[source.index('extern "C"'):]
+    return kernel[:kernel.index(") {")]
+
+
 def _run_segment(fd, inputs, values):
     """Runs every generated kernel of fd's one segment in order on the CPU: `values` maps tensor
     numbers to tensors (the fusion's inputs); each kernel's outputs are added to it."""
     for source in fd.cuda_kernels(inputs):
         name, block = _kernel(source)
         params = cuda_emulation.kernel_parameters(source)
-        kernel = source[source.index('extern "C"'):]
-        sig = kernel[:kernel.index(") {")]
+        sig = _signature(source)
         # Row kernels write [ROWS, COLS] outputs; the others (column sums) [COLS].
         outer = "normalization: mf_count rows x" not in source
         for is_out, n in params:
@@ -71,8 +76,11 @@ def _norm_backward(backward, seed):
 @needs_gxx
 def test_layer_norm_backward_with_its_statistics_in_one_kernel():
     (dx, dw, db), kernels, dy, x, w, res = _norm_backward(blocks.layer_norm_backward, 0)
-    assert len(kernels) == 2 and "256 x 1 threads per block" in kernels[0], kernels[0][:1500]
+    assert len(kernels) == 2 and _kernel(kernels[0])[1][0] >= 128  # a block per row: shared-memory sums
     assert kernels[0].count("__syncthreads") >= 3  # mean, variance, then the gradient's sums
+    # The column sums read dy and x in bf16 (and two per-row statistics), not float copies of them.
+    assert len(re.findall(r"const mf_bf16\* __restrict__", _signature(kernels[1]))) == 2, _signature(kernels[1])
+    assert len(re.findall(r"const float\* __restrict__", _signature(kernels[1]))) == 2
     rstd = 1 / torch.sqrt(x.var(1, unbiased=False, keepdim=True) + 1e-5)
     xhat, g = (x - x.mean(1, keepdim=True)) * rstd, dy * w
     ref_dx = rstd * (g - g.mean(1, keepdim=True) - xhat * (g * xhat).mean(1, keepdim=True))
@@ -84,7 +92,7 @@ def test_layer_norm_backward_with_its_statistics_in_one_kernel():
 @needs_gxx
 def test_rms_norm_backward_with_its_statistics_in_one_kernel():
     (dx, dw), kernels, dy, x, w, res = _norm_backward(blocks.rms_norm_backward, 2)
-    assert "256 x 1 threads per block" in kernels[0] and kernels[0].count("__syncthreads") >= 2
+    assert _kernel(kernels[0])[1][0] >= 128 and kernels[0].count("__syncthreads") >= 2
     rstd = 1 / torch.sqrt((x * x).mean(1, keepdim=True) + 1e-5)
     xhat, g = x * rstd, dy * w
     ref_dx = rstd * (g - xhat * (g * xhat).mean(1, keepdim=True))
@@ -108,3 +116,25 @@ def test_outer_reduction_split_over_row_chunks(grid_y):
     out = torch.zeros(cols, dtype=torch.bfloat16)
     cuda_emulation.run_block_kernel(source, name, [x, out], [False, True], rows, block, grid=(2, grid_y))
     torch.testing.assert_close(out, (x.double().sum(0) * 0.5).to(torch.bfloat16), rtol=1e-2, atol=1e-2)
+
+
+@needs_gxx
+def test_rms_norm_then_rope_recomputes_the_normalized_rows():
+    """RMSNorm over the head dimension, then RoPE (rotate_half's slices and cat): a reduction kernel
+    stores the per-row statistic only, and the pointwise RoPE computes x * rstd again from x."""
+    from test_codegen_resize import rotate_half
+    with FusionDefinition() as fd:
+        t = fd.define_tensor([2, 8, 64])
+        n = fd.ops.mul(t, fd.ops.rsqrt(fd.ops.add(fd.ops.sum(fd.ops.mul(t, t), [2], keepdim=True), 1e-6)))
+        fd.add_output(fd.ops.add(n, rotate_half(fd, n, [2, 8, 64])))
+    x = torch.randn(2, 8, 64, generator=torch.Generator().manual_seed(5))
+    reduction, pointwise = fd.cuda_kernels([x])
+    name, block = _kernel(reduction)
+    (_, x_number), (_, stat_number) = cuda_emulation.kernel_parameters(reduction)
+    stat = torch.zeros(16)
+    cuda_emulation.run_block_kernel(reduction, name, [x, stat], [False, True], 16, block)
+    out = torch.zeros(2, 8, 64)
+    cuda_emulation.run_pointwise(pointwise, {x_number: x, stat_number: stat.view(2, 8, 1),
+                                             cuda_emulation.kernel_parameters(pointwise)[-1][1]: out})
+    normed = x * torch.rsqrt((x * x).sum(2, keepdim=True) + 1e-6)
+    torch.testing.assert_close(out, normed + torch.cat([-normed[..., 32:], normed[..., :32]], -1))
