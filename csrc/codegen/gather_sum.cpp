@@ -117,17 +117,21 @@ GeneratedKernel generateGatherSum(const GatherSumShape& s, const DeviceLimits& d
   const std::string token = "MF_KERNEL_NAME";
   text.replace(text.find(token), token.size(), g.name);
   g.source = std::move(text);
-  g.count = s.out_rows * groups;
   g.launch.block_x = kThreads;
+  setGatherSumRows(g, s, device);
+  g.choices = str(g.scheduler, ": vec ", vec, sum ? str(", rows in flight ", kRowsInFlight) : std::string(), ", block ",
+                  kThreads);
+  g.heuristics = str(device.toString(), "\n", g.choices);
+  return g;
+}
+
+void setGatherSumRows(GeneratedKernel& g, const GatherSumShape& s, const DeviceLimits& device) {
+  g.count = s.out_rows * (s.width / vectorWidth(s, device));
   // One (row, vector group) per thread: blocks start as others finish, so the uneven runs of src
   // rows (experts that received many tokens next to ones that received none) balance themselves.
   // The grid-stride loop only matters past the grid limit (and for the CPU emulation's one block).
   g.launch.grid_x = std::max<int64_t>(1, std::min(device.max_grid_x, (g.count + kThreads - 1) / kThreads));
   g.output_sizes = {{s.out_rows, s.width}};
-  g.choices = str(g.scheduler, ": vec ", vec, sum ? str(", rows in flight ", kRowsInFlight) : std::string(), ", block ",
-                  kThreads);
-  g.heuristics = str(device.toString(), "\n", g.choices, ", grid ", g.launch.grid_x);
-  return g;
 }
 
 }  // namespace mf

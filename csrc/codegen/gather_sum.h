@@ -36,5 +36,9 @@ struct GatherSumShape {
 // [0, src_rows) traps), then the count. Float, half and bfloat16 only (the caller keeps ATen for
 // the rest).
 GeneratedKernel generateGatherSum(const GatherSumShape& shape, const DeviceLimits& device);
+// Sets what depends on shape.out_rows alone (the count, the grid, the output's rows) on a kernel
+// generateGatherSum made for the same dtype, width and alignment: the text does not change with the
+// row count, so a caller keeps one kernel per text and sets its rows per call.
+void setGatherSumRows(GeneratedKernel& kernel, const GatherSumShape& shape, const DeviceLimits& device);
 
 }  // namespace mf

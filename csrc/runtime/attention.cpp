@@ -77,11 +77,8 @@ std::atomic<bool>& nativeGroupsAllowed(AttentionKernel kernel) {
 
 // Key/value heads repeated for grouped-query attention, [batch, heads, seq, head_dim] laid out as
 // [batch, seq, heads, head_dim]: the kernels write the gradients in their input's layout.
-std::vector<int64_t> repeatedSizes(const at::Tensor& t, int64_t groups) {
-  return {t.size(0), t.size(1) * groups, t.size(2), t.size(3)};
-}
-std::vector<int64_t> repeatedStrides(const std::vector<int64_t>& s) { return {s[2] * s[1] * s[3], s[3], s[1] * s[3], 1}; }
-
+// Key/value heads repeated for grouped-query attention, [batch, heads, seq, head_dim] laid out as
+// [batch, seq, heads, head_dim]: the kernels write the gradients in their input's layout.
 at::Tensor repeatHeads(const at::Tensor& t, int64_t groups) {
   at::Tensor bshd = t.transpose(1, 2);
   return bshd.unsqueeze(3)
@@ -90,13 +87,13 @@ at::Tensor repeatHeads(const at::Tensor& t, int64_t groups) {
       .transpose(1, 2);
 }
 
-// What the dispatcher is asked with for the repeated heads, without repeating them (the copies
-// cost 0.18 ms in the Llama block's forward even where the kernel then read the fewer heads):
-// `q` where it has the repeated tensor's sizes, strides and dtype (self-attention from one
-// projection layout), else an allocation of that layout that is never written.
+// What the dispatcher is asked with for the repeated heads, without repeating them (the repeat
+// copied k and v even where the kernel then read the fewer heads): `q` where it has the repeated
+// tensor's sizes, strides and dtype (self-attention from one projection layout), else an
+// allocation of that layout ([batch, seq, heads, head_dim] viewed as heads first), never written.
 at::Tensor repeatedHeadsStandIn(const at::Tensor& q, const at::Tensor& t, int64_t groups) {
-  const std::vector<int64_t> sizes = repeatedSizes(t, groups);
-  const std::vector<int64_t> strides = repeatedStrides(sizes);
+  const std::vector<int64_t> sizes = {t.size(0), t.size(1) * groups, t.size(2), t.size(3)};
+  const std::vector<int64_t> strides = {sizes[2] * sizes[1] * sizes[3], sizes[3], sizes[1] * sizes[3], 1};
   if (q.sizes().vec() == sizes && q.strides().vec() == strides && q.scalar_type() == t.scalar_type()) return q;
   return at::empty_strided(sizes, strides, t.options());
 }

@@ -1,10 +1,13 @@
 #include "runtime/row_gather.h"
 
+#include <unordered_map>
+
 #include "codegen/gather_sum.h"
 #include "runtime/aten_evaluator.h"
 #include "runtime/cuda_kernel.h"
 #include "support/error.h"
 #include "support/options.h"
+#include "support/text.h"
 
 namespace mf {
 namespace {
@@ -34,6 +37,19 @@ std::string whyNotGenerated(const at::Tensor& x, int64_t dim, const at::Tensor& 
   const auto t = x.scalar_type();
   if (t != at::kFloat && t != at::kHalf && t != at::kBFloat16) return "its dtype is not float, half or bfloat16";
   return "";
+}
+
+// The kernel for `shape` with its rows set, its text generated once per (mode, dtype, width,
+// alignment, device) in this thread: execute() runs this per call.
+const GeneratedKernel& kernelFor(const GatherSumShape& shape) {
+  const DeviceLimits& device = currentDeviceLimits();
+  thread_local std::unordered_map<std::string, GeneratedKernel> kernels;
+  const std::string key = str(static_cast<int>(shape.mode), ":", toString(shape.dtype), ":", shape.width, ":",
+                              shape.alignment_bytes, ":", device.arch, ":", device.device_name);
+  auto it = kernels.find(key);
+  if (it == kernels.end()) it = kernels.emplace(key, generateGatherSum(shape, device)).first;
+  setGatherSumRows(it->second, shape, device);
+  return it->second;
 }
 
 int64_t alignmentOf(const std::vector<at::Tensor>& tensors) {
@@ -73,10 +89,7 @@ std::optional<at::Tensor> indexAddSorted(const at::Tensor& x, int64_t dim, const
   shape.out_rows = rows;
   shape.width = x.numel() / rows;
   shape.alignment_bytes = alignmentOf({xc, sc, out});
-  // One kernel text per (dtype, width, vector width), cached by its name in launchGeneratedKernel;
-  // only the launch bound changes with the row count.
-  GeneratedKernel kernel = generateGatherSum(shape, currentDeviceLimits());
-  launchGeneratedKernel(kernel, {xc, sc, order, offsets}, {out}, {static_cast<double>(idx.numel())});
+  launchGeneratedKernel(kernelFor(shape), {xc, sc, order, offsets}, {out}, {static_cast<double>(idx.numel())});
   return out;
 }
 
@@ -95,8 +108,7 @@ std::optional<at::Tensor> indexSelectRows(const at::Tensor& x, int64_t dim, cons
   shape.out_rows = idx.numel();
   shape.width = x.numel() / x.size(0);
   shape.alignment_bytes = alignmentOf({xc, out});
-  GeneratedKernel kernel = generateGatherSum(shape, currentDeviceLimits());
-  launchGeneratedKernel(kernel, {xc, idx}, {out}, {static_cast<double>(x.size(0))});
+  launchGeneratedKernel(kernelFor(shape), {xc, idx}, {out}, {static_cast<double>(x.size(0))});
   return out;
 }
 

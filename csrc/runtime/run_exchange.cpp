@@ -80,10 +80,13 @@ void FusionExecutor::runExchange(int64_t index, const Communication& c, std::uno
                                 : mf::str(" (rank ", rank, ": ", c.counts->label(), " = ", listText(counts), ", ",
                                           nonnegative ? "sum " + std::to_string(sum(counts)) : std::string("negative"),
                                           ", for ", rows, " rows of ", c.rows->label(), ")");
+    auto check = [op, mine](const std::vector<int64_t>& bad) {
+      MF_USER_CHECK(bad.empty(), op, ": the expert counts of rank(s) ", listText(bad),
+                    " do not cover their token rows (every count must be >= 0 and they must sum to the rows)", mine);
+    };
     if (solo) {
       // One device: its own counts are all there is to agree on, read above; no second read back.
-      MF_USER_CHECK(ok, op, ": the expert counts of rank(s) ", listText(std::vector<int64_t>{rank}),
-                    " do not cover their token rows (every count must be >= 0 and they must sum to the rows)", mine);
+      check(ok ? std::vector<int64_t>{} : std::vector<int64_t>{rank});
       at::Tensor own = counts_value.reshape({1, e}).to(at::kLong);
       bytes = TransferBytes{};
       pending_finish_[c.output] = [own] { return own; };
@@ -97,14 +100,13 @@ void FusionExecutor::runExchange(int64_t index, const Communication& c, std::uno
     works.push_back(comm.allToAll(c.team, recv, send));
     bytes.sent = bytes.received = (n - 1) * (e + 1) * static_cast<int64_t>(sizeof(int64_t));
     std::vector<int64_t> team = c.team;
-    pending_finish_[c.output] = [recv, send, e, team, mine, op] {
+    pending_finish_[c.output] = [recv, send, e, team, check] {
       std::vector<int64_t> flags = hostLongs(recv.select(1, e));
       std::vector<int64_t> bad;
       for (size_t j = 0; j < flags.size(); ++j) {
         if (flags[j] != 1) bad.push_back(team[j]);
       }
-      MF_USER_CHECK(bad.empty(), op, ": the expert counts of rank(s) ", listText(bad),
-                    " do not cover their token rows (every count must be >= 0 and they must sum to the rows)", mine);
+      check(bad);
       return recv.narrow(1, 0, e).contiguous();
     };
     return;
