@@ -19,6 +19,18 @@ def rank_setup():
     return comm.size(), comm.rank(), device, torch.bfloat16 if cuda else torch.float32
 
 
+def training_step(forward, grad_out, leaves):
+    """A step as an optimizer loop runs it: the gradients of `leaves` set to None first (as
+    zero_grad does), so autograd stores each new gradient instead of adding it to the last one;
+    meshfuser's backward returns its gradients, and the comparison stays like for like."""
+    def run():
+        for t in leaves:
+            t.grad = None
+        out = forward()
+        out.backward(grad_out(out) if callable(grad_out) else grad_out)
+    return run
+
+
 def time_ms(fn, warmup=5, iters=20, sync=None, batch=5):
     """Median milliseconds per call of fn(). On GPUs each sample times `batch` back-to-back calls
     between two events (as a training step issues layers), so host work overlaps device work."""

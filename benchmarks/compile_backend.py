@@ -22,7 +22,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import print_table, time_ms, write_json  # noqa: E402
+from common import print_table, time_ms, training_step, write_json  # noqa: E402
 
 import meshfuser.dynamo  # noqa: E402  (registers backend="meshfuser")
 from meshfuser.testing import llama_decoder_layer  # noqa: E402
@@ -119,8 +119,7 @@ def run_backend(name, base, x, dy, flops, sync, args, outputs, parts):
         fwd_ms = time_ms(lambda: fn(xi), iters=args.iters)
         outputs[name] = fn(xi).float()
 
-    def step():
-        fn(xi).backward(dy)
+    step = training_step(lambda: fn(xi), dy, [xi, *model.parameters()])
     train_ms = time_ms(step, iters=args.iters)
     if args.breakdown:
         from kernel_breakdown import breakdown_ms

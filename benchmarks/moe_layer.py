@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 import meshfuser
-from common import print_table, rank_setup, time_ms, write_json
+from common import print_table, rank_setup, time_ms, training_step, write_json
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 import moe_layer as moe  # noqa: E402
@@ -137,9 +137,7 @@ def main():
     compiled = None if compiled_layer is None else (lambda: compiled_layer(local))
 
     def step(fn):
-        def run():
-            fn().backward(gy)
-        return run
+        return training_step(fn, gy, list(local.values()))
 
     # The results agree before anything is timed.
     with torch.no_grad():

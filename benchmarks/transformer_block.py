@@ -25,7 +25,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import meshfuser
-from common import host_ms, print_table, rank_setup, time_ms, write_json
+from common import host_ms, print_table, rank_setup, time_ms, training_step, write_json
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 import transformer_blocks as blocks  # noqa: E402
@@ -247,10 +247,7 @@ def main():
     compiled = None if compiled_fn is None else (lambda: compiled_fn(params, x_req, hd, args.form, group, d))
 
     def step(fn):
-        def run():
-            out = fn()
-            out.backward(torch.ones_like(out))
-        return run
+        return training_step(fn, torch.ones_like, [x_req, *params.values()])
 
     # The results agree before anything is timed.
     with torch.no_grad():

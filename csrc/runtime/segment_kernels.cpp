@@ -263,6 +263,31 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
   std::unordered_set<const Expr*> done;        // the exprs of finished pieces
   std::unordered_set<const Expr*> recomputed;  // exprs queued again by piece_recompute.h
   PieceOutputs after_done{&done, nullptr};
+  // Recomputing pays only where the next kernel reads the recomputed values with work of its own:
+  // a kernel of the recomputed exprs and views alone would store them again, read x twice and add
+  // a launch (RMSNorm, then a reshape and a norm over each head: the normalization stays whole).
+  // Planning runs once per input signature, so the leaner piece is evaluated here (ATen) to give
+  // the next piece's candidates the tensors they read.
+  auto nextPieceTakesIn = [&](const Recompute& again, const Piece& leaner, const std::vector<Expr*>& order,
+                              size_t from) {
+    Values scratch = values;
+    eval(leaner.exprs, scratch);
+    std::unordered_set<const Expr*> done_then(done);
+    done_then.insert(leaner.exprs.begin(), leaner.exprs.end());
+    for (const Expr* r : again.exprs) done_then.erase(r);
+    PieceOutputs then{&done_then, nullptr};
+    std::vector<Expr*> next(again.exprs.begin(), again.exprs.end());
+    bool works = false;  // whether `next` has an expr other than a view or layout change yet
+    size_t refused = 0;  // prefixes in a row without a kernel (a cat closes what slices open)
+    for (size_t j = from; j < order.size() && refused <= kLookahead; ++j) {
+      next.push_back(order[j]);
+      works = works || opInfo(order[j]->op()).kind != OpKind::Layout;
+      const bool kernel = makePiece(next, fusion, scratch, device_, then).kernel.has_value();
+      if (kernel && works) return true;
+      refused = kernel ? 0 : refused + 1;
+    }
+    return false;
+  };
   auto finishGroup = [&](Piece p) {
     done.insert(p.exprs.begin(), p.exprs.end());
     finish(std::move(p));
@@ -303,7 +328,7 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
       if (!again.exprs.empty()) {
         PieceOutputs storing{&done, &again};
         Piece leaner = makePiece(withoutUnread(group, again), fusion, values, device_, storing);
-        if (leaner.kernel) {
+        if (leaner.kernel && nextPieceTakesIn(again, leaner, ordered, i)) {
           finishGroup(std::move(leaner));
           accepted.reset();
           group.clear();

@@ -177,6 +177,22 @@ def test_a_normalization_with_a_resize_is_two_kernels():
     assert sorted(scheduler_of(s) for s in sources) == ["pointwise", "reduction"]
 
 
+
+def test_a_norm_feeding_a_head_norm_is_not_split_for_recompute():
+    # RMSNorm over the hidden size, the heads viewed, then a norm over each head and RoPE. Recomputing
+    # x * rstd in the next kernel pays only where that kernel does work with it; here the next
+    # kernel would be the recompute and the view alone (it writes the normalized rows all the same,
+    # reads x twice and adds a launch), so the first normalization stays whole.
+    b, s, h, hd = 2, 8, 4, 64
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([b, s, h * hd])
+        n = fd.ops.mul(x, fd.ops.rsqrt(fd.ops.add(fd.ops.sum(fd.ops.mul(x, x), [2], keepdim=True), 1e-6)))
+        t = fd.ops.permute(fd.ops.reshape(n, [b, s, h, hd]), [0, 2, 1, 3])
+        t = fd.ops.mul(t, fd.ops.rsqrt(fd.ops.add(fd.ops.sum(fd.ops.mul(t, t), [3], keepdim=True), 1e-6)))
+        fd.add_output(fd.ops.add(t, rotate_half(fd, t, [b, h, s, hd])))
+    sources = fd.cuda_kernels([torch.randn(b, s, h * hd)])
+    assert [scheduler_of(src) for src in sources] == ["normalization", "normalization", "pointwise"]
+
 REFUSAL_SCRIPT = r"""
 import torch
 from meshfuser import FusionDefinition
