@@ -4,6 +4,7 @@
 #include <iostream>
 #include <unordered_set>
 
+#include "ir/domain_map.h"
 #include "ir/op_registry.h"
 #include "runtime/aten_evaluator.h"
 #include "runtime/cuda_kernel.h"
@@ -131,6 +132,66 @@ std::vector<Expr*> withoutUnread(const std::vector<Expr*>& group, const Recomput
   return kept;
 }
 
+// Whether `e` is a view that keeps its input's elements in their flat order (a squeeze, or a
+// broadcast that only adds size-1 axes): ATen makes it without moving data, contiguous when its
+// input is. A permute or an expanding broadcast does not.
+bool keepsFlatOrder(const Expr* e) {
+  if (!opInfo(e->op()).aten_view || e->inputs().size() != 1 || e->outputs().size() != 1 || !e->inputs()[0]->isTensor()) {
+    return false;
+  }
+  const auto* in = static_cast<const TensorView*>(e->inputs()[0]);
+  const std::vector<IterDomain*> in_axes = in->logicalNoReductions();
+  const std::vector<IterDomain*>& out_axes = e->out()->rootOrLogical();
+  const std::vector<int64_t> map = mapProducerToConsumer(e, 0);
+  std::vector<bool> mapped(out_axes.size(), false);
+  int64_t last = -1;
+  for (size_t p = 0; p < in_axes.size(); ++p) {
+    const int64_t c = map[p];
+    if (c < 0) {
+      if (!(in_axes[p]->extent().isConst() && in_axes[p]->extent().value == 1)) return false;
+      continue;
+    }
+    if (c <= last || !(out_axes[static_cast<size_t>(c)]->extent() == in_axes[p]->extent())) return false;
+    mapped[static_cast<size_t>(c)] = true;
+    last = c;
+  }
+  for (size_t c = 0; c < out_axes.size(); ++c) {
+    if (!mapped[c] && !(out_axes[c]->extent().isConst() && out_axes[c]->extent().value == 1)) return false;
+  }
+  return true;
+}
+
+// The flat views of a kernel piece that ATen makes instead of the kernel: `leading`, views of the
+// piece's inputs that later work reads (the kernel would store a copy: an autograd graph's
+// broadcast of the gate, read by silu here and by its derivative after a GEMM); `trailing`, views
+// that nothing in the piece reads (the kernel would store y and squeeze(y), the same data twice).
+// Never where the view would make a fusion output alias a fusion input or another output.
+struct PeeledViews {
+  std::vector<Expr*> leading, trailing;
+};
+PeeledViews viewsATenMakes(const std::vector<Expr*>& exprs, const Fusion& fusion) {
+  std::unordered_set<const Expr*> in_piece(exprs.begin(), exprs.end());
+  std::unordered_set<const Val*> made;
+  for (const Expr* e : exprs) {
+    for (const Val* v : e->outputs()) made.insert(v);
+  }
+  PeeledViews views;
+  for (Expr* e : exprs) {
+    if (!keepsFlatOrder(e)) continue;
+    const Val* in = e->inputs()[0];
+    const Val* out = e->out();
+    if (fusion.isOutput(out) && (fusion.isInput(in) || fusion.isOutput(in))) continue;
+    bool read_here = false, read_later = fusion.isOutput(out);
+    for (const Expr* use : out->uses()) (in_piece.count(use) ? read_here : read_later) = true;
+    if (!made.count(in) && read_later) {
+      views.leading.push_back(e);
+    } else if (made.count(in) && !read_here) {
+      views.trailing.push_back(e);
+    }
+  }
+  return views;
+}
+
 }  // namespace
 
 CompileCounters& compileCounters() {
@@ -208,7 +269,8 @@ bool SegmentKernels::launch(const Piece& p, const GeneratedKernel& k, Values& va
 void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion, Values& values, const EvalFn& eval,
                           const ScalarFn& scalar, bool do_launch, const std::string& label) {
   planned_ = true;
-  auto finish = [&](Piece p) {  // runs the piece now: the next piece's args are its outputs
+  std::unordered_set<const Expr*> done;  // the exprs of finished pieces
+  auto finishOne = [&](Piece p) {  // runs the piece now: the next piece's args are its outputs
     // Views only (the heads of q, k, v permuted for attention): ATen returns views, moving no data,
     // where a generated kernel would copy them (and its text would hold their middle extents).
     if (std::all_of(p.exprs.begin(), p.exprs.end(), [](const Expr* e) { return opInfo(e->op()).aten_view; })) {
@@ -252,6 +314,36 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
     if (p.kernel) ++compileCounters().sources;
     pieces_.push_back(std::move(p));
   };
+  // A kernel piece with flat views ATen can make: they run on ATen around a kernel of the rest.
+  // `peel` false: the piece's outputs were chosen for a recompute; it runs as planned.
+  auto finish = [&](Piece p, bool peel = true) {
+    const PeeledViews views = peel && p.kernel ? viewsATenMakes(p.exprs, fusion) : PeeledViews{};
+    std::unordered_set<const Expr*> peeled(views.leading.begin(), views.leading.end());
+    peeled.insert(views.trailing.begin(), views.trailing.end());
+    std::vector<Expr*> rest;
+    for (Expr* e : p.exprs) {
+      if (!peeled.count(e)) rest.push_back(e);
+    }
+    if (peeled.empty() || rest.empty()) {
+      finishOne(std::move(p));
+      return;
+    }
+    std::unordered_set<const Expr*> done_before(done);  // the views read the kernel's outputs after it
+    for (const Expr* e : p.exprs) done_before.erase(e);
+    auto viewsPiece = [](const std::vector<Expr*>& exprs) {
+      Piece v;
+      v.exprs = exprs;
+      return v;
+    };
+    if (!views.leading.empty()) finishOne(viewsPiece(views.leading));
+    Piece kernel = makePiece(rest, fusion, values, device_, PieceOutputs{&done_before, nullptr});
+    if (!kernel.kernel) {  // the views stay in the kernel, as first planned
+      finishOne(std::move(p));
+      return;
+    }
+    finishOne(std::move(kernel));
+    if (!views.trailing.empty()) finishOne(viewsPiece(views.trailing));
+  };
   Piece whole = makePiece(exprs, fusion, values, device_);
   if (whole.kernel || exprs.size() == 1) {
     finish(std::move(whole));
@@ -260,7 +352,6 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
   std::vector<Expr*> ordered = inputViewsFirst(exprs);
   std::vector<Expr*> group;
   std::optional<Piece> accepted;  // the kernel for `group`
-  std::unordered_set<const Expr*> done;        // the exprs of finished pieces
   std::unordered_set<const Expr*> recomputed;  // exprs queued again by piece_recompute.h
   PieceOutputs after_done{&done, nullptr};
   // Recomputing pays only where the next kernel reads the recomputed values with work of its own:
@@ -288,9 +379,9 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
     }
     return false;
   };
-  auto finishGroup = [&](Piece p) {
+  auto finishGroup = [&](Piece p, bool peel = true) {
     done.insert(p.exprs.begin(), p.exprs.end());
-    finish(std::move(p));
+    finish(std::move(p), peel);
   };
   for (size_t i = 0; i < ordered.size(); ++i) {
     Expr* e = ordered[i];
@@ -329,7 +420,7 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
         PieceOutputs storing{&done, &again};
         Piece leaner = makePiece(withoutUnread(group, again), fusion, values, device_, storing);
         if (leaner.kernel && nextPieceTakesIn(again, leaner, ordered, i)) {
-          finishGroup(std::move(leaner));
+          finishGroup(std::move(leaner), /*peel=*/false);
           accepted.reset();
           group.clear();
           recomputed.insert(again.exprs.begin(), again.exprs.end());

@@ -89,3 +89,34 @@ def test_norm_backward_statistics_share_the_kernel_of_the_rest_on_one_device():
         assert len(with_rsqrt) == norms, kernels
         for ops in with_rsqrt:  # the statistics and the input gradient in one kernel
             assert ops.count("sum") >= (2 if kernels is llama else 3) and "sub" in ops, ops
+
+
+def test_flat_views_are_made_by_aten_not_stored_by_kernels():
+    # As an autograd graph writes them: the gate broadcast to [1, s, f] (read by silu here and by
+    # work after a GEMM) and silu's result read later beside its squeeze (an output). A kernel that
+    # stored those views would copy the gate and write silu's result twice; ATen makes them as
+    # views, so the kernel reads the gate in place and stores silu's result once.
+    from meshfuser import FusionDefinition
+
+    s, f, k = 64, 32, 16
+    with FusionDefinition() as fd:
+        gate = fd.define_tensor([s, f], dtype=DataType.BFloat16)
+        g = fd.define_tensor([1, s, k], dtype=DataType.BFloat16)
+        w = fd.define_tensor([k, f], dtype=DataType.BFloat16)
+        gate3 = fd.ops.broadcast_in_dim(gate, [1, s, f], [1, 2])
+        act = fd.ops.silu(gate3)
+        fd.add_output(fd.ops.squeeze(act, [0]))
+        dy = fd.ops.matmul(g, w)
+        fd.add_output(fd.ops.mul(fd.ops.mul(dy, gate3), act))
+    inputs = [torch.randn(s, f, dtype=torch.bfloat16), torch.randn(1, s, k, dtype=torch.bfloat16),
+              torch.randn(k, f, dtype=torch.bfloat16)]
+    sources = fd.cuda_kernels(inputs)
+    kernels = generated_kernels(fd, inputs)
+    assert [ops for _, ops in kernels] == [["silu"], ["mul", "mul"]], kernels
+    stored = [len(re.findall(r"\n\s+mf_bf16\* __restrict__", src)) for src in sources]
+    assert stored == [1, 1], stored
+    a = torch.nn.functional.silu(inputs[0].float()).bfloat16()
+    dy_ref = (inputs[1] @ inputs[2])
+    out_sq, out_mul = fd.execute(inputs)
+    torch.testing.assert_close(out_sq, a)
+    torch.testing.assert_close(out_mul, (dy_ref.float() * inputs[0].float()).bfloat16().float().mul(a.float()).bfloat16())

@@ -103,6 +103,32 @@ CHECK: run segment 3: {{T[0-9]+}} = matmul(
 )CHECK");
 }
 
+// A chain that reads a value made early but is read only by fusible work after a later GEMM is not
+// pulled toward that value: stored there it would be written and read back, where the kernel after
+// the GEMM computes it in registers (silu's derivative in an autograd graph of SwiGLU).
+TEST(SegmentOrderTest, ChainReadOnlyAfterALaterGemmStaysWithItsConsumer) {
+  auto f = std::make_unique<Fusion>();
+  TensorView* gate = defineTensor(*f, {4, 6}, DataType::Float);
+  TensorView* up = defineTensor(*f, {4, 6}, DataType::Float);
+  TensorView* g = defineTensor(*f, {4, 8}, DataType::Float);
+  TensorView* w_down = defineTensor(*f, {8, 6}, DataType::Float);
+  TensorView* w_gate = defineTensor(*f, {6, 8}, DataType::Float);
+  TensorView* sig = unaryOp(OpType::Sigmoid, gate);
+  TensorView* act = binaryOp(OpType::Mul, binaryOp(OpType::Mul, gate, sig), up);
+  TensorView* dw = matmul(permute(act, {1, 0}), g);
+  TensorView* deriv = binaryOp(OpType::Mul, sig, unaryOp(OpType::Exp, binaryOp(OpType::Add, gate, sig)));
+  TensorView* dy = matmul(g, w_down);
+  TensorView* d_gate = binaryOp(OpType::Mul, binaryOp(OpType::Mul, dy, up), deriv);
+  f->addOutput(dw);
+  f->addOutput(matmul(d_gate, w_gate));
+  expectHostProgram(std::move(f), R"CHECK(
+CHECK: run segment 0: {{.*}}sigmoid(T0)
+CHECK-NOT: exp(
+CHECK: = matmul(T2, T3)
+CHECK-NEXT: run segment {{[0-9]+}}: {{.*}}[[A:T[0-9]+]] = add(T0, {{T[0-9]+}}); [[E:T[0-9]+]] = exp([[A]]){{.*}}mul(
+)CHECK");
+}
+
 // The exprs that run alone keep their given order, whatever the fusible work around them.
 TEST(SegmentOrderTest, ExprsThatRunAloneKeepTheirOrder) {
   auto f = std::make_unique<Fusion>();
