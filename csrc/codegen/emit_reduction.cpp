@@ -1,4 +1,5 @@
-// The reduction kernels (one sum/max/min with a pointwise prologue and epilogue).
+// The reduction kernels (one sum/max/min, or several outer ones over one domain, with a pointwise
+// prologue and epilogue).
 //
 // Requires: an InnerReduction or OuterReduction Schedule. Guarantees: exact and deterministic
 // results (a fixed combine order for a given launch, no atomics); accumulation in float; every
@@ -48,28 +49,36 @@ void emitRegionBody(const Region& r, const IndexPlan& p, const std::string& flat
 }  // namespace
 
 std::string emitReduction(const Analysis& a, const Schedule& s, const std::string& name_token) {
-  const Expr* red = a.reduction;
+  const std::vector<const Expr*>& reds = s.reductions;
+  const Expr* red = reds.front();
   const OpType op = red->op();
   const auto* x = static_cast<const TensorView*>(red->input(0));
   const TensorView* y = red->out();
   const std::string acc = tensorLocal(y);
   const std::string it = indexType(s.index64);
   const int64_t tx = s.launch.block_x, ty = s.launch.block_y, v = s.vec, u = s.unroll;
+  const int64_t nred = static_cast<int64_t>(reds.size());
   const bool inner = s.kind == Kind::InnerReduction;
-  const bool y_is_output =
-      std::find(a.segment->outputs.begin(), a.segment->outputs.end(), y) != a.segment->outputs.end();
+  auto is_output = [&](const TensorView* tv) {
+    return std::find(a.segment->outputs.begin(), a.segment->outputs.end(), tv) != a.segment->outputs.end();
+  };
   std::ostringstream os;
   const bool split = s.split_rows;
   os << prelude() << "\n" << signature(a, name_token, it, tx * ty, 0, split);
   // The extent-dependent side (rows of an inner reduction, reduced rows of an outer one) is kCount.
-  os << "  // " << (inner ? "inner" : "outer") << " reduction " << red->toString() << ": "
-     << (inner ? std::string(kCount) : std::to_string(s.rows)) << " rows x "
+  os << "  // " << (inner ? "inner" : "outer") << " reduction";
+  for (const Expr* r : reds) os << " " << r->toString() << (r == reds.back() ? ":" : ";");
+  os << " " << (inner ? std::string(kCount) : std::to_string(s.rows)) << " rows x "
      << (inner ? std::to_string(s.red) : std::string(kCount)) << " reduced elements, " << tx << " x " << ty << " threads per block, " << v << " per vector, " << u
      << " vectors per step\n";
 
   auto emitEpilogue = [&](const std::string& indent) {
     emitRegionBody(s.epilogue, s.epilogue_index, "row", "e", it, indent, os);
-    if (y_is_output) os << indent << tensorParam(y) << "[row] = " << storeExpr(y->dtype(), acc) << ";\n";
+    for (const Expr* r : reds) {
+      if (is_output(r->out())) {
+        os << indent << tensorParam(r->out()) << "[row] = " << storeExpr(r->out()->dtype(), tensorLocal(r->out())) << ";\n";
+      }
+    }
   };
   // The reduction loop over index variable `j` (from `first`, step `stride`, below `count`);
   // `flat(e)` is the flat prologue index of the group at j = e; `accumulate(indent)` folds x in.
@@ -139,14 +148,26 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
     return os.str();
   }
 
+  // Outer: reduction r's partials are mf_acc[r][k] per thread, mf_partial[r][.][.] per block and,
+  // split over chunks, mf_parts[(r * chunks + chunk) * columns + column] in the workspace (one
+  // reduction: mf_acc[k], mf_partial[.][.], mf_parts[chunk * columns + column]).
   const int64_t tile = tx * v;  // columns per block
   const std::string lane = v > 1 ? "k" : "0";
-  os << "  __shared__ float mf_partial[" << ty << "][" << tile << "];\n";
-  os << "  for (" << it << " col0 = (" << it << ")blockIdx.x * " << tile << "; col0 < " << s.rows << "; col0 += ("
+  const std::string rows = std::to_string(s.rows);
+  const bool one = nred == 1;
+  auto opOf = [&](int64_t r) { return reds[static_cast<size_t>(r)]->op(); };
+  auto accOf = [&](int64_t r) { return one ? std::string("mf_acc") : "mf_acc[" + std::to_string(r) + "]"; };
+  auto partialOf = [&](int64_t r) { return one ? std::string("mf_partial") : "mf_partial[" + std::to_string(r) + "]"; };
+  const std::string dims = one ? "" : "[" + std::to_string(nred) + "]";
+  os << "  __shared__ float mf_partial" << dims << "[" << ty << "][" << tile << "];\n";
+  os << "  for (" << it << " col0 = (" << it << ")blockIdx.x * " << tile << "; col0 < " << rows << "; col0 += ("
      << it << ")gridDim.x * " << tile << ") {\n";
   os << "    const " << it << " col = col0 + " << timesText("threadIdx.x", v) << ";  // this thread's first column\n";
-  os << "    float mf_acc[" << v << "];\n";
-  os << "#pragma unroll\n    for (int k = 0; k < " << v << "; ++k) mf_acc[k] = " << initValue(op) << ";\n";
+  os << "    float mf_acc" << dims << "[" << v << "];\n";
+  for (int64_t r = 0; r < nred; ++r) {
+    os << "#pragma unroll\n    for (int k = 0; k < " << v << "; ++k) " << accOf(r) << "[k] = " << initValue(opOf(r))
+       << ";\n";
+  }
   if (split) {
     // This block's chunk of reduced rows: [mf_r0, mf_r1), chunks of a multiple of blockDim.y rows.
     os << "    const " << it << " mf_chunk = (" << kCount << " + gridDim.y * " << ty << " - 1) / (gridDim.y * " << ty
@@ -154,7 +175,7 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
     os << "    const " << it << " mf_r0 = (" << it << ")blockIdx.y * mf_chunk;\n";
     os << "    const " << it << " mf_r1 = mf_r0 + mf_chunk < " << kCount << " ? mf_r0 + mf_chunk : " << kCount << ";\n";
   }
-  os << "    if (col < " << s.rows << ") {\n";
+  os << "    if (col < " << rows << ") {\n";
   emitLoop(split ? "mf_r0 + threadIdx.y" : "threadIdx.y", ty, split ? "mf_r1" : kCount,
            [&](const std::string& j) {
              if (s.inner_kept == s.rows) return timesText(j, s.rows) + " + col";
@@ -163,43 +184,67 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
                     " + col % " + b;
            },
            [&](const std::string& ind) {
-             os << ind << "mf_acc[" << lane << "] = " << combine(op, "mf_acc[" + lane + "]", tensorLocal(x)) << ";\n";
+             for (int64_t r = 0; r < nred; ++r) {
+               const std::string slot = accOf(r) + "[" + lane + "]";
+               const auto* xr = static_cast<const TensorView*>(reds[static_cast<size_t>(r)]->input(0));
+               os << ind << slot << " = " << combine(opOf(r), slot, tensorLocal(xr)) << ";\n";
+             }
            },
            "      ");
   os << "    }\n";
-  os << "#pragma unroll\n    for (int k = 0; k < " << v << "; ++k) mf_partial[threadIdx.y][" << timesText("threadIdx.x", v)
-     << " + k] = mf_acc[k];\n";
+  for (int64_t r = 0; r < nred; ++r) {
+    os << "#pragma unroll\n    for (int k = 0; k < " << v << "; ++k) " << partialOf(r) << "[threadIdx.y]["
+       << timesText("threadIdx.x", v) << " + k] = " << accOf(r) << "[k];\n";
+  }
   os << "    __syncthreads();\n";
   os << "    for (int h = " << ty / 2 << "; h > 0; h >>= 1) {\n";
   os << "      if (threadIdx.y < h) {\n";
   os << "#pragma unroll\n        for (int k = 0; k < " << v << "; ++k) {\n";
   const std::string c = timesText("threadIdx.x", v) + " + k";
-  os << "          mf_partial[threadIdx.y][" << c << "] = "
-     << combine(op, "mf_partial[threadIdx.y][" + c + "]", "mf_partial[threadIdx.y + h][" + c + "]") << ";\n";
+  for (int64_t r = 0; r < nred; ++r) {
+    const std::string p = partialOf(r);
+    os << "          " << p << "[threadIdx.y][" << c << "] = "
+       << combine(opOf(r), p + "[threadIdx.y][" + c + "]", p + "[threadIdx.y + h][" + c + "]") << ";\n";
+  }
   os << "        }\n      }\n";
   os << "      __syncthreads();\n    }\n";
   if (split) {
     const std::string tid = "threadIdx.y * " + std::to_string(tx) + " + threadIdx.x";
     const std::string work = std::string(kWorkspaceParam);
+    auto part = [&](int64_t r, const std::string& chunk) {
+      const std::string row_of = one ? chunk : "(" + std::to_string(r) + " * gridDim.y + " + chunk + ")";
+      return "mf_parts[(" + it + ")" + row_of + " * " + rows + " + col0 + c]";
+    };
     os << "    if (gridDim.y > 1) {  // the chunk's partials out; the last block of this tile combines every chunk\n";
     os << "      float* mf_parts = reinterpret_cast<float*>(" << work << ");\n";
-    os << "      unsigned* mf_arrived = reinterpret_cast<unsigned*>(" << work << " + (size_t)gridDim.y * " << s.rows
+    os << "      unsigned* mf_arrived = reinterpret_cast<unsigned*>(" << work << " + (size_t)gridDim.y * " << nred * s.rows
        << " * sizeof(float)) + col0 / " << tile << ";\n";
     os << "      __shared__ bool mf_last;\n";
-    os << "      for (int c = " << tid << "; c < " << tile << " && col0 + c < " << s.rows << "; c += " << tx * ty
-       << ") mf_parts[(" << it << ")blockIdx.y * " << s.rows << " + col0 + c] = mf_partial[0][c];\n";
+    const std::string chunk_loop = "      for (int c = " + tid + "; c < " + std::to_string(tile) + " && col0 + c < " + rows +
+                                   "; c += " + std::to_string(tx * ty) + ")";
+    if (one) {
+      os << chunk_loop << " " << part(0, "blockIdx.y") << " = mf_partial[0][c];\n";
+    } else {
+      os << chunk_loop << " {\n";
+      for (int64_t r = 0; r < nred; ++r) os << "        " << part(r, "blockIdx.y") << " = " << partialOf(r) << "[0][c];\n";
+      os << "      }\n";
+    }
     os << "      __threadfence();\n";
     os << "      __syncthreads();\n";
     os << "      if (" << tid << " == 0) mf_last = atomicAdd(mf_arrived, 1u) == gridDim.y - 1;\n";
     os << "      __syncthreads();\n";
     os << "      if (!mf_last) continue;  // the whole block: another block of this tile finishes it\n";
     os << "      __threadfence();\n";
-    os << "      for (int c = " << tid << "; c < " << tile << " && col0 + c < " << s.rows << "; c += " << tx * ty
-       << ") {\n";
-    os << "        float v = " << initValue(op) << ";\n";
-    os << "        for (unsigned k = 0; k < gridDim.y; ++k) v = "
-       << combine(op, "v", "__ldcg(&mf_parts[(" + it + ")k * " + std::to_string(s.rows) + " + col0 + c])") << ";\n";
-    os << "        mf_partial[0][c] = v;\n";
+    os << chunk_loop << " {\n";
+    for (int64_t r = 0; r < nred; ++r) {
+      const std::string in = one ? "        " : "          ";
+      if (!one) os << "        {\n";
+      os << in << "float v = " << initValue(opOf(r)) << ";\n";
+      os << in << "for (unsigned k = 0; k < gridDim.y; ++k) v = " << combine(opOf(r), "v", "__ldcg(&" + part(r, "k") + ")")
+         << ";\n";
+      os << in << partialOf(r) << "[0][c] = v;\n";
+      if (!one) os << "        }\n";
+    }
     os << "      }\n";
     os << "      if (" << tid << " == 0) *mf_arrived = 0u;  // ready for the next launch\n";
     os << "      __syncthreads();\n";
@@ -208,8 +253,12 @@ std::string emitReduction(const Analysis& a, const Schedule& s, const std::strin
   os << "    for (int c = threadIdx.y * " << tx << " + threadIdx.x; c < " << tile << "; c += " << tx * ty
      << ") {  // the epilogue, one column per thread\n";
   os << "      const " << it << " row = col0 + c;\n";
-  os << "      if (row >= " << s.rows << ") break;\n";
-  os << "      const float " << acc << " = " << wrapInt32Result(y->dtype(), "mf_partial[0][c]") << ";\n";
+  os << "      if (row >= " << rows << ") break;\n";
+  for (int64_t r = 0; r < nred; ++r) {
+    const TensorView* yr = reds[static_cast<size_t>(r)]->out();
+    os << "      const float " << tensorLocal(yr) << " = " << wrapInt32Result(yr->dtype(), partialOf(r) + "[0][c]")
+       << ";\n";
+  }
   emitEpilogue("      ");
   os << "    }\n";
   os << "    __syncthreads();\n";

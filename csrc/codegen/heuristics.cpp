@@ -71,7 +71,8 @@ std::string ReductionParams::toString() const {
              " with >= ", rows_per_sm_for_many, " rows per SM), ", warp, " x ", warps_per_block,
              " blocks; else ", many_rows_block, " threads per row (many rows) or up to ", few_rows_max_block,
              "; outer: columns per block ", min_outer_columns, "..", warp, ", ", outer_block, " threads (",
-             outer_block_few_tiles, " with fewer tiles than SMs), rows split for ", outer_split_waves,
+             outer_block_few_tiles, " with fewer tiles than SMs; partials <= ", outer_partial_bytes,
+             " bytes), rows split for ", outer_split_waves,
              " waves, >= ", outer_split_min_rows, " rows per chunk; unroll ", unroll, "; grid <= ", sm_count,
              " SMs x ", threads_per_sm,
              " threads per SM / block");

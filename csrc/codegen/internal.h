@@ -221,6 +221,8 @@ struct Schedule {
   // of a column tile combines them.
   bool split_rows = false;
   KernelLaunch launch;
+  // Reduction kernels: the reductions folded (one, or several outer ones over the same domain).
+  std::vector<const Expr*> reductions;
   NormPlan norm;  // Normalization only
   // The parameters of the scheduler that made this schedule (the one of `kind`), derived from the
   // device limits; the emitters read their numbers from here.

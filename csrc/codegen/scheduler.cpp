@@ -3,10 +3,14 @@
 // Requires: a successful analyzeSegment. Guarantees: on success, Schedule holds the regions (with
 // index plans), the kind of kernel, its vector width / unroll and its launch configuration:
 //   pointwise   no reduction; every output has the same local shape (up to extent-1 axes).
-//   reduction   exactly one sum/max/min; a pointwise prologue over its input (ops feeding it) and a
-//               pointwise epilogue over its output (ops consuming it, never reading prologue tensors
-//               or broadcasting the result back). Inner layout (reduced axes innermost, ignoring
+//   reduction   one sum/max/min, or several over the same axes of same-shaped inputs in the outer
+//               layout (a LayerNorm backward's weight and bias gradients: column sums that read the
+//               same rows); a pointwise prologue over the inputs (ops feeding them) and a pointwise
+//               epilogue over the outputs (ops consuming them, never reading prologue tensors or
+//               broadcasting a result back). Inner layout (reduced axes innermost, ignoring
 //               extent-1 axes) or outer layout (reduced axes outermost); middle axes are refused.
+//               Several inner reductions take the normalization kernel (a row per block already
+//               reads the row once for all of them).
 // All loops are grid-stride, so any grid is correct; the heuristics only chase bandwidth.
 //
 // Heuristics (the aim: 16-byte accesses and several of them in flight per thread); the numbers are
@@ -220,32 +224,45 @@ bool schedulePointwise(const Analysis& a, const CodegenOptions& o, Schedule* s, 
 
 bool scheduleReduction(const Analysis& a, const CodegenOptions& o, Schedule* s, std::string* why) {
   const KernelSegment& seg = *a.segment;
-  const Expr* red = a.reduction;
+  const Expr* red = a.reductions.front();
   const auto* x = static_cast<const TensorView*>(red->input(0));
   const TensorView* y = red->out();
-  // Prologue: the exprs x depends on. Epilogue: the exprs that depend on y.
-  std::unordered_set<const Val*> x_deps{x};
+  const std::unordered_set<const Expr*> is_reduction(a.reductions.begin(), a.reductions.end());
+  s->reductions = a.reductions;
+  // Prologue: the exprs the reduction inputs depend on. Epilogue: the exprs that depend on outputs.
+  std::unordered_set<const Val*> x_deps;
+  for (const Expr* r : a.reductions) {
+    x_deps.insert(r->input(0));
+    if (a.shape.at(static_cast<const TensorView*>(r->input(0))) != a.shape.at(x) ||
+        r->attr<Ints>("dims") != red->attr<Ints>("dims")) {
+      *why = str(r->toString(), " and ", red->toString(),
+                 " reduce different shapes or axes; a reduction kernel folds several reductions of one domain only");
+      return false;
+    }
+  }
   std::vector<const Expr*> prologue, epilogue;
   for (auto it = seg.exprs.rbegin(); it != seg.exprs.rend(); ++it) {
     const Expr* e = *it;
-    if (e == red || !x_deps.count(e->out())) continue;
+    if (is_reduction.count(e) || !x_deps.count(e->out())) continue;
     prologue.push_back(e);
     for (const Val* v : e->inputs()) x_deps.insert(v);
   }
   std::reverse(prologue.begin(), prologue.end());
-  std::unordered_set<const Val*> y_deps{y};
-  bool after = false;
-  for (const Expr* e : seg.exprs) {
-    if (e == red) {
-      after = true;
-      continue;
+  std::unordered_set<const Val*> y_deps;
+  for (const Expr* r : a.reductions) {
+    if (x_deps.count(r->out())) {
+      *why = str("the result of ", r->toString(), " flows into another reduction's input (normalization-like)");
+      return false;
     }
-    if (x_deps.count(e->out())) continue;
+    y_deps.insert(r->out());
+  }
+  for (const Expr* e : seg.exprs) {
+    if (is_reduction.count(e) || x_deps.count(e->out())) continue;
     bool reads_y = false;
     for (const Val* v : e->inputs()) reads_y = reads_y || y_deps.count(v);
-    if (!after || !reads_y) {
+    if (!reads_y) {
       *why = str(e->toString(), " neither feeds nor consumes the reduction ", red->toString(),
-                 "; a reduction kernel holds one reduction with its prologue and epilogue");
+                 "; a reduction kernel holds its reductions with their prologue and epilogue");
       return false;
     }
     y_deps.insert(e->out());
@@ -274,8 +291,13 @@ bool scheduleReduction(const Analysis& a, const CodegenOptions& o, Schedule* s, 
   };
   // kept* reduced+ kept+ : an outer reduction of every [reduced, inner kept] slice (middle axes).
   s->inner_kept = s->rows;
-  if (sorted(false)) s->kind = Kind::InnerReduction;
-  else if (sorted(true)) s->kind = Kind::OuterReduction;
+  if (sorted(false)) {
+    s->kind = Kind::InnerReduction;
+    if (a.reductions.size() > 1) {
+      *why = "several inner reductions take the normalization kernel (one row per block reads the row once for all)";
+      return false;
+    }
+  } else if (sorted(true)) s->kind = Kind::OuterReduction;
   else {
     size_t first_reduced = 0, i = 0;
     while (!reduced_flags[first_reduced]) ++first_reduced;
@@ -297,12 +319,19 @@ bool scheduleReduction(const Analysis& a, const CodegenOptions& o, Schedule* s, 
   auto is_output = [&](const TensorView* tv) {
     return std::find(seg.outputs.begin(), seg.outputs.end(), tv) != seg.outputs.end();
   };
-  std::vector<const TensorView*> main_anchors{x};
+  std::vector<const TensorView*> main_anchors, ys;
+  for (const Expr* r : a.reductions) {
+    const auto* xr = static_cast<const TensorView*>(r->input(0));
+    if (std::find(main_anchors.begin(), main_anchors.end(), xr) == main_anchors.end()) main_anchors.push_back(xr);
+    ys.push_back(r->out());
+  }
   for (const Expr* e : prologue) {
-    if (is_output(e->out()) && e->out() != x) main_anchors.push_back(e->out());
+    if (is_output(e->out()) && std::find(main_anchors.begin(), main_anchors.end(), e->out()) == main_anchors.end()) {
+      main_anchors.push_back(e->out());
+    }
   }
   if (!buildRegion(a, prologue, non1(xs), main_anchors, {}, {}, &s->main, why)) return false;
-  std::vector<const TensorView*> epi_anchors{y};
+  std::vector<const TensorView*> epi_anchors = ys;
   for (const Expr* e : epilogue) {
     if (is_output(e->out())) epi_anchors.push_back(e->out());
   }
@@ -312,7 +341,7 @@ bool scheduleReduction(const Analysis& a, const CodegenOptions& o, Schedule* s, 
       forbidden.push_back(static_cast<const TensorView*>(v));
     }
   }
-  if (!buildRegion(a, epilogue, non1(a.shape.at(y)), epi_anchors, {y}, forbidden, &s->epilogue, why)) return false;
+  if (!buildRegion(a, epilogue, non1(a.shape.at(y)), epi_anchors, ys, forbidden, &s->epilogue, why)) return false;
   if (s->epilogue.hasResize()) {
     *why = str(red->toString(), ": a slice, pad or cat after the reduction; the reduction kernel's epilogue reads "
                                 "the result at its own coordinates only");
@@ -354,6 +383,12 @@ bool scheduleReduction(const Analysis& a, const CodegenOptions& o, Schedule* s, 
     l.block_x = tx;
     l.block_y = floorPow2(std::max<int64_t>(1, threads / tx));
     while (l.block_y > 1 && l.block_y / 2 >= s->red) l.block_y /= 2;  // no idle rows of threads
+    // Each reduction's partials of the tile sit in static shared memory: several reductions take
+    // fewer rows of threads (and more chunks below).
+    const auto partial_bytes = [&] {
+      return static_cast<int64_t>(a.reductions.size()) * l.block_y * tx * s->vec * static_cast<int64_t>(sizeof(float));
+    };
+    while (l.block_y > 1 && partial_bytes() > rp.outer_partial_bytes) l.block_y /= 2;
     l.grid_x = gridFor(tiles, 1, l.block_x * l.block_y, rp.sm_count, rp.threads_per_sm);
     s->unroll = rp.unroll;  // with loops of 2 and 1 after it: the reduced extent is the launch's count
     // Many reduced rows: one block per column tile walking all of them keeps too few bytes in
@@ -368,8 +403,9 @@ bool scheduleReduction(const Analysis& a, const CodegenOptions& o, Schedule* s, 
     if (chunks >= 2 && s->split_rows) {
       l.grid_x = tiles;
       l.grid_y = chunks;
-      // [chunks][columns] float partials, then one arrival counter per column tile (zeroed).
-      l.workspace_zero_offset = chunks * s->rows * static_cast<int64_t>(sizeof(float));
+      // [reductions][chunks][columns] float partials, then one arrival counter per column tile (zeroed).
+      l.workspace_zero_offset =
+          static_cast<int64_t>(a.reductions.size()) * chunks * s->rows * static_cast<int64_t>(sizeof(float));
       l.workspace_bytes = l.workspace_zero_offset + tiles * static_cast<int64_t>(sizeof(unsigned));
     }
     bound = (s->red + (s->unroll + 1) * l.block_y + 1) * s->rows + l.grid_x * tx * s->vec;
@@ -382,10 +418,11 @@ bool scheduleReduction(const Analysis& a, const CodegenOptions& o, Schedule* s, 
 
 bool chooseSchedule(const Analysis& a, const CodegenOptions& options, Schedule* s, std::string* why) {
   if (a.reductions.empty()) return schedulePointwise(a, options, s, why);
-  // One reduction with a plain epilogue takes the reduction kernel; a result broadcast back into
-  // the row, or several reductions, take the normalization kernel.
+  // One reduction (or several outer ones of one domain) with a plain epilogue takes the reduction
+  // kernel; a result broadcast back into the row, or several inner reductions, take the
+  // normalization kernel.
   std::string reduction_why;
-  if (a.reduction != nullptr) {
+  if (!a.reductions.empty()) {
     Schedule r;
     if (scheduleReduction(a, options, &r, &reduction_why)) {
       *s = std::move(r);
