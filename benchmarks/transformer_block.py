@@ -286,13 +286,13 @@ def main():
     if args.breakdown and not cuda and rank == 0:
         print("--breakdown reads the GPU's kernel timeline: skipped on CPU")
     if args.breakdown and cuda:
-        from kernel_breakdown import breakdown_ms, print_breakdown
+        from kernel_breakdown import breakdowns_in_both_orders, print_breakdown
         impls = {"meshfuser": (mf_forward, mf_step), "eager": (eager, step(eager))}
         if compiled is not None:
             impls["torch.compile"] = (compiled, step(compiled))
         with torch.no_grad():
-            fwd_parts = {name: breakdown_ms(f) for name, (f, _) in impls.items()}
-        step_parts = {} if args.no_backward else {name: breakdown_ms(st) for name, (_, st) in impls.items()}
+            fwd_parts = breakdowns_in_both_orders({name: f for name, (f, _) in impls.items()})
+        step_parts = {} if args.no_backward else breakdowns_in_both_orders({name: st for name, (_, st) in impls.items()})
         if rank == 0:
             print_breakdown(f"{block.title} forward", fwd_parts)
             if step_parts:

@@ -124,3 +124,34 @@ def test_split_sum_is_deterministic():
     first = fd.execute([x])[0]
     for _ in range(3):
         assert torch.equal(fd.execute([x])[0], first)
+
+
+@cuda
+@pytest.mark.parametrize("rows,cols", [(8192, 4096), (3000, 520), (100, 4096)])
+def test_several_column_reductions_in_one_kernel_match_pytorch(rows, cols):
+    """A LayerNorm backward's weight and bias gradients with another column max beside them: one
+    reduction kernel (every reduction's chunk partials in the workspace), against PyTorch, twice
+    (the arrival counters start from zero every launch)."""
+    torch.manual_seed(1)
+    dy, x, other = (torch.randn(rows, cols, dtype=torch.bfloat16, device="cuda") for _ in range(3))
+    mean, rstd = torch.randn(rows, 1, device="cuda"), torch.rand(rows, 1, device="cuda") + 0.5
+    with FusionDefinition() as fd:
+        t_dy, t_x, t_other = (fd.define_tensor([-1, -1], dtype=DataType.BFloat16) for _ in range(3))
+        t_mean, t_rstd = (fd.define_tensor([-1, 1], dtype=DataType.Float) for _ in range(2))
+        dyf = fd.ops.cast(t_dy, DataType.Float)
+        xhat = fd.ops.mul(fd.ops.sub(fd.ops.cast(t_x, DataType.Float), t_mean), t_rstd)
+        fd.add_output(fd.ops.sum(fd.ops.mul(dyf, xhat), [0]))
+        fd.add_output(fd.ops.cast(fd.ops.sum(dyf, [0]), DataType.BFloat16))
+        fd.add_output(fd.ops.max(fd.ops.cast(t_other, DataType.Float), [0]))
+    inputs = [dy, x, other, mean, rstd]
+    with meshfuser.Profiler() as prof:
+        dw, db, mx = fd.execute(inputs)
+    assert [k.scheduler for k in prof.profile.kernel_profiles] == ["reduction"]
+    xhat_ref = (x.double() - mean.double()) * rstd.double()
+    tol = 2e-2 * rows ** 0.5
+    torch.testing.assert_close(dw.double(), (dy.double() * xhat_ref).sum(0), rtol=1e-3, atol=1e-3 * rows ** 0.5)
+    torch.testing.assert_close(db.float(), dy.double().sum(0).float(), rtol=2e-2, atol=tol)
+    torch.testing.assert_close(mx, other.float().max(0).values)
+    again = fd.execute(inputs)
+    for a, b in zip(again, (dw, db, mx)):
+        assert torch.equal(a, b)
