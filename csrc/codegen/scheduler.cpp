@@ -240,33 +240,33 @@ bool scheduleReduction(const Analysis& a, const CodegenOptions& o, Schedule* s, 
       return false;
     }
   }
-  std::vector<const Expr*> prologue, epilogue;
-  for (auto it = seg.exprs.rbegin(); it != seg.exprs.rend(); ++it) {
-    const Expr* e = *it;
-    if (is_reduction.count(e) || !x_deps.count(e->out())) continue;
-    prologue.push_back(e);
-    for (const Val* v : e->inputs()) x_deps.insert(v);
-  }
-  std::reverse(prologue.begin(), prologue.end());
+  // Epilogue: the exprs that depend on a reduction's output. Prologue: the rest, computed once per
+  // element of the domain (those feeding the reductions, and side outputs of the same domain that
+  // read what the prologue reads: the activation a weight gradient's GEMM needs, recomputed beside
+  // the activation's backward).
   std::unordered_set<const Val*> y_deps;
-  for (const Expr* r : a.reductions) {
-    if (x_deps.count(r->out())) {
-      *why = str("the result of ", r->toString(), " flows into another reduction's input (normalization-like)");
-      return false;
-    }
-    y_deps.insert(r->out());
-  }
+  for (const Expr* r : a.reductions) y_deps.insert(r->out());
+  std::vector<const Expr*> prologue, epilogue;
   for (const Expr* e : seg.exprs) {
-    if (is_reduction.count(e) || x_deps.count(e->out())) continue;
+    if (is_reduction.count(e)) continue;
     bool reads_y = false;
     for (const Val* v : e->inputs()) reads_y = reads_y || y_deps.count(v);
-    if (!reads_y) {
-      *why = str(e->toString(), " neither feeds nor consumes the reduction ", red->toString(),
-                 "; a reduction kernel holds its reductions with their prologue and epilogue");
+    if (reads_y) {
+      y_deps.insert(e->out());
+      epilogue.push_back(e);
+    } else {
+      prologue.push_back(e);
+    }
+  }
+  for (const Expr* r : a.reductions) {
+    if (y_deps.count(r->input(0))) {
+      *why = str("the result of a reduction flows into ", r->toString(), " (normalization-like)");
       return false;
     }
-    y_deps.insert(e->out());
-    epilogue.push_back(e);
+  }
+  for (const Expr* e : prologue) {
+    for (const Val* v : e->inputs()) x_deps.insert(v);
+    x_deps.insert(e->out());
   }
   // The reduction domain: x's axes of extent != 1, each reduced or kept.
   const auto& xs = a.shape.at(x);
