@@ -45,6 +45,7 @@ inline float mf_max(float a, float b) { return (a != a || a > b) ? a : b; }
 inline float mf_min(float a, float b) { return (a != a || a < b) ? a : b; }
 inline float mf_relu(float x) { return (x != x || x > 0.0f) ? x : 0.0f; }
 inline float mf_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+inline float mf_gelu(float x) { return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f)); }
 inline float __expf(float x) { return expf(x); }
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 #include <cstdlib>

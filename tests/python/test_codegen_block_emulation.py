@@ -176,3 +176,41 @@ def test_several_column_reductions_share_one_outer_reduction_kernel(grid_y):
     torch.testing.assert_close(dw.float(), (dy.double() * xhat_ref).sum(0).float(), rtol=2e-2, atol=0.3)
     torch.testing.assert_close(db.float(), dy.double().sum(0).float(), rtol=2e-2, atol=0.3)
     torch.testing.assert_close(mx, other.max(0).values)
+
+
+@needs_gxx
+def test_reduction_kernel_stores_side_outputs_of_its_domain():
+    """GELU's backward with its bias-gradient column sum, and beside it gelu(pre) itself (the
+    activation a weight gradient's GEMM reads): one outer reduction kernel whose prologue stores
+    gelu(pre) once per element, instead of a normalization kernel (or a second kernel reading pre)."""
+    rows, cols = 600, 256
+    g = torch.Generator().manual_seed(6)
+    dy, pre = (torch.randn(rows, cols, generator=g).to(torch.bfloat16) for _ in range(2))
+    with FusionDefinition() as fd:
+        t_dy, t_pre = (fd.define_tensor([-1, -1], dtype=DataType.BFloat16) for _ in range(2))
+        d_pre = blocks.gelu_backward(fd, fd.ops.cast(t_dy, DataType.Float), fd.ops.cast(t_pre, DataType.Float))
+        fd.add_output(fd.ops.cast(d_pre, DataType.BFloat16))
+        fd.add_output(fd.ops.cast(fd.ops.sum(d_pre, [0]), DataType.BFloat16))
+        fd.add_output(fd.ops.gelu(t_pre))
+    (source,) = fd.cuda_kernels([dy, pre], arch="sm_90")
+    assert "outer reduction" in source and "normalization" not in source, source[:2000]
+    name, block = _kernel(source)
+    params = cuda_emulation.kernel_parameters(source)
+    values = {0: dy, 1: pre}
+    outs = {}
+    sig = _signature(source)
+    for is_out, n in params:
+        if is_out:
+            shape = (cols,) if re.search(rf"T{n}\[row\]", source) else (rows, cols)
+            outs[n] = values[n] = torch.zeros(shape, dtype=torch.bfloat16)
+    assert len(outs) == 3, sig
+    cuda_emulation.run_block_kernel(source, name, [values[n] for _, n in params], [o for o, _ in params], rows,
+                                    block, grid=(2, 2))
+    x = pre.double()
+    ref_d = dy.double() * (0.5 * (1 + torch.erf(x / 2 ** 0.5)) + x * torch.exp(-x * x / 2) / (2 * torch.pi) ** 0.5)
+    by_shape = {tuple(t.shape): t for t in outs.values() if t.dim() == 1}
+    full = [t for t in outs.values() if t.dim() == 2]
+    torch.testing.assert_close(by_shape[(cols,)].float(), ref_d.sum(0).float(), rtol=2e-2, atol=0.2)
+    expected_full = [ref_d.to(torch.bfloat16), torch.nn.functional.gelu(pre.float()).to(torch.bfloat16)]
+    for want in expected_full:  # the two stored [rows, cols] outputs, in either parameter order
+        assert any(torch.allclose(t.float(), want.float(), rtol=2e-2, atol=2e-2) for t in full)
