@@ -52,10 +52,10 @@ struct ReductionParams {
   int64_t outer_block_few_tiles = 1024;
   int64_t min_outer_columns = 4;  // the narrowest column tile (threadIdx.x extent)
   int64_t outer_partial_bytes = 32 * 1024;  // every reduction's float partials of a block's tile
-  // Outer with many reduced rows: the rows split into chunks (grid_y) until the grid holds
-  // outer_split_waves waves of resident blocks, each chunk at least outer_split_min_rows rows.
-  int64_t outer_split_waves = 2;
-  int64_t outer_split_min_rows = 512;
+  // Outer: the rows split into chunks (grid_y) until the grid holds outer_split_waves waves of
+  // resident blocks (rounded down), each chunk at least outer_split_min_rows rows.
+  int64_t outer_split_waves = 1;
+  int64_t outer_split_min_rows = 32;
   int64_t max_grid_y = 65535;
   // Vector groups per thread per loop step: outer always (loops of 2 and 1 follow), inner the
   // largest power of two up to this that every thread has.

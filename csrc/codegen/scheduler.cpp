@@ -26,11 +26,13 @@
 //   pointwise  block 128 (small) or 256; grid = min(groups / block, sm_count * 2048 / block).
 //   inner      warp per row (block 32 x 8) for short rows; else one row per block, 256 threads when
 //              rows are plentiful (>= 2 per SM), else up to 1024 with at least 2 vectors per thread.
-//   outer      each thread owns `vec` adjacent columns; block (tx, ty) with tx the widest of 32..4
-//              that still gives >= 1 column tile per SM, ty = 512 / tx (1024 / tx when there are
-//              fewer tiles than SMs) threads splitting the reduced rows.
-//              Many reduced rows: chunks of them over grid_y until the grid is two waves of
-//              resident blocks (at least 512 rows a chunk), the last block of a tile combining.
+//   outer      each thread owns `vec` adjacent columns; block (tx, ty) with tx = 32 (fewer for a
+//              handful of columns), ty = 512 / tx threads splitting the reduced rows (fewer when
+//              several reductions' partials would pass 32 KiB of shared memory); the reduced rows
+//              split into chunks over grid_y until the grid is one wave of resident blocks (at
+//              least 32 rows a chunk), the last block of a tile combining. Double compute (no
+//              split): tx the widest of 32..4 that still gives >= 1 column tile per SM, ty = 512 /
+//              tx (1024 / tx with fewer tiles than SMs).
 //
 // Measured on one H200, bf16 [16384, 16384] (device copy ~4.0-4.1 TB/s read+write). Before:
 //   gelu(x * y + bias)  0.596 ms = 2.70 TB/s = 66% of copy (vec 8, 256 x 1056, one group per step)
@@ -375,11 +377,17 @@ bool scheduleReduction(const Analysis& a, const CodegenOptions& o, Schedule* s, 
     bound = (s->rows + l.grid_x * l.block_y) * s->red + (s->unroll + 1) * l.block_x * s->vec;
   } else {
     int64_t colvecs = s->rows / s->vec;
+    // Double compute keeps the plain kernel (its partials would be doubles): narrow tiles, one per
+    // SM at least. Otherwise a warp across 32 vectors of columns (512 contiguous bytes of bf16 per
+    // row) and the rows split into chunks over grid_y: the choice depends on the columns only, so
+    // one text serves every reduced extent.
+    const bool can_split = !a.compute_double;
     int64_t tx = rp.warp;
-    while (tx > rp.min_outer_columns && ceilDiv(colvecs, tx) < rp.sm_count) tx /= 2;
+    while (!can_split && tx > rp.min_outer_columns && ceilDiv(colvecs, tx) < rp.sm_count) tx /= 2;
     while (tx > 1 && tx / 2 >= colvecs) tx /= 2;  // no idle lanes for a handful of columns
     int64_t tiles = ceilDiv(colvecs, tx);
-    int64_t threads = std::min(tiles >= rp.sm_count ? rp.outer_block : rp.outer_block_few_tiles, rp.max_threads_per_block);
+    int64_t threads = can_split ? rp.outer_block : tiles >= rp.sm_count ? rp.outer_block : rp.outer_block_few_tiles;
+    threads = std::min(threads, rp.max_threads_per_block);
     l.block_x = tx;
     l.block_y = floorPow2(std::max<int64_t>(1, threads / tx));
     while (l.block_y > 1 && l.block_y / 2 >= s->red) l.block_y /= 2;  // no idle rows of threads
@@ -391,15 +399,16 @@ bool scheduleReduction(const Analysis& a, const CodegenOptions& o, Schedule* s, 
     while (l.block_y > 1 && partial_bytes() > rp.outer_partial_bytes) l.block_y /= 2;
     l.grid_x = gridFor(tiles, 1, l.block_x * l.block_y, rp.sm_count, rp.threads_per_sm);
     s->unroll = rp.unroll;  // with loops of 2 and 1 after it: the reduced extent is the launch's count
-    // Many reduced rows: one block per column tile walking all of them keeps too few bytes in
-    // flight (bf16 [8192, 16384]: 256 blocks, 1.05 TB/s); chunks of rows over grid_y fill the device.
+    // Chunks of reduced rows over grid_y until the grid is one wave of resident blocks (no partial
+    // last wave): bf16 [8192, 4096] had taken 0.059 ms as 2.4 waves of 4 x 256-thread blocks that
+    // each read 7 rows per thread, against ATen's 0.032 (H200).
     const int64_t resident_blocks =
         rp.sm_count * std::max<int64_t>(1, rp.threads_per_sm / (l.block_x * l.block_y));
-    const int64_t chunks = std::min({ceilDiv(rp.outer_split_waves * resident_blocks, tiles),
+    const int64_t chunks = std::min({std::max<int64_t>(1, rp.outer_split_waves * resident_blocks / tiles),
                                      s->red / rp.outer_split_min_rows, rp.max_grid_y});
     // The text always has the chunked path (one source for every reduced extent); it runs with
-    // grid_y > 1 only. Double compute keeps the plain kernel (its partials would be doubles).
-    s->split_rows = !a.compute_double;
+    // grid_y > 1 only.
+    s->split_rows = can_split;
     if (chunks >= 2 && s->split_rows) {
       l.grid_x = tiles;
       l.grid_y = chunks;

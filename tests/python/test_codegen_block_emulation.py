@@ -103,16 +103,16 @@ def test_rms_norm_backward_with_its_statistics_in_one_kernel():
 @needs_gxx
 @pytest.mark.parametrize("grid_y", [1, 3])
 def test_outer_reduction_split_over_row_chunks(grid_y):
-    """A column sum over many rows, its rows split into chunks over grid_y (3: chunks of 768, 768
-    and 512 rows): each block writes its chunk's partials to the workspace and the last block of a
-    column tile combines them. Two column blocks stride over the 16 tiles."""
+    """A column sum over many rows, its rows split into chunks over grid_y (3: chunks of 688, 688
+    and 672 rows): each block writes its chunk's partials to the workspace and the last block of a
+    column tile combines them. A warp spans the 512 columns (two tiles of 256)."""
     sys.path.insert(0, os.path.dirname(__file__))
     from test_outer_reduction_split import column_sum
     rows, cols = 2048, 512
     x = torch.randn(rows, cols, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
     (source,) = column_sum(DataType.BFloat16).cuda_kernels([x], arch="sm_90")
     name, block = _kernel(source)
-    assert "mf_work" in source and block == (4, 256)
+    assert "mf_work" in source and block == (32, 16)
     out = torch.zeros(cols, dtype=torch.bfloat16)
     cuda_emulation.run_block_kernel(source, name, [x, out], [False, True], rows, block, grid=(2, grid_y))
     torch.testing.assert_close(out, (x.double().sum(0) * 0.5).to(torch.bfloat16), rtol=1e-2, atol=1e-2)

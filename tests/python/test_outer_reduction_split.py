@@ -55,7 +55,9 @@ for rows, cols in [(8192, 16384), (8192, 4096), (300, 4096)]:
 """
 
 
-def test_chunks_fill_two_waves_of_resident_blocks():
+def test_chunks_fill_one_wave_of_resident_blocks():
+    """A warp across 32 vectors of columns, and the reduced rows split into chunks until the grid
+    is one wave of resident blocks (rounded down, no partial wave), at least 32 rows a chunk."""
     env = {k: v for k, v in os.environ.items() if k not in ("MASTER_PORT", "MASTER_ADDR", "RANK", "WORLD_SIZE")}
     env["MESHFUSER_DUMP"] = "heuristics"
     r = subprocess.run([sys.executable, "-c", DUMP_SCRIPT], capture_output=True, text=True, env=env, timeout=120)
@@ -66,17 +68,16 @@ def test_chunks_fill_two_waves_of_resident_blocks():
     for (vec, bx, by, grid), (rows, cols), line in zip(chosen, [(8192, 16384), (8192, 4096), (300, 4096)],
                                                        re.findall(r"chosen: [^\n]*", r.stdout)):
         vec, bx, by, grid = int(vec), int(bx), int(by), int(grid)
+        assert (vec, bx) == (8, 32), line  # 512 contiguous bytes of a row per warp
         tiles = -(-cols // (vec * bx))
         split = re.search(r"reduced rows split in (\d+) chunks \(grid_y\), workspace (\d+) bytes", line)
-        if rows < 2 * 512:
-            assert split is None, line
-            continue
         assert split, line
         chunks, workspace = int(split.group(1)), int(split.group(2))
         assert grid == tiles  # one block per (tile, chunk)
         resident = d.sm_count * (d.max_threads_per_sm // (bx * by))
-        assert tiles * chunks >= 2 * resident and tiles * (chunks - 1) < 2 * resident, line
-        assert rows // chunks >= 512
+        assert rows // chunks >= 32
+        assert tiles * chunks <= resident, line
+        assert tiles * (chunks + 1) > resident or chunks == rows // 32, line
         assert workspace == chunks * cols * 4 + tiles * 4  # float partials, then one counter per tile
 
 

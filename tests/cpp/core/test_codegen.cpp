@@ -453,9 +453,9 @@ TEST(CodegenTest, OuterReduction) {
   ASSERT_TRUE(k.has_value());
   const std::string& s = k->source;
   EXPECT_TRUE(contains(s, "// outer reduction T2 = max(T1, dims=[0]): 96 rows x mf_count reduced elements")) << s;
-  EXPECT_TRUE(contains(s, "4 x 256 threads per block, 8 per vector, 4 vectors per step"));
+  EXPECT_TRUE(contains(s, "16 x 32 threads per block, 8 per vector, 4 vectors per step"));
   EXPECT_TRUE(contains(s, "mf_acc[k] = __int_as_float(0xff800000);"));
-  EXPECT_TRUE(contains(s, "const int i = (j + u * 256) * 96 + col;"));
+  EXPECT_TRUE(contains(s, "const int i = (j + u * 32) * 96 + col;"));
   EXPECT_TRUE(contains(s, "const int i = j * 96 + col;"));
   EXPECT_TRUE(contains(s, "mf_acc[k] = mf_max(mf_acc[k], t1);"));
   EXPECT_TRUE(contains(s, "mf_partial[threadIdx.y][threadIdx.x * 8 + k] = mf_max(mf_partial[threadIdx.y][threadIdx.x * 8 + k], "
@@ -562,9 +562,9 @@ TEST(CodegenTest, LaunchConfigs) {
   EXPECT_EQ(cfg(launchOf(sumOf({256, 1024}, {1}))), (V{128, 1, 256}));
   EXPECT_EQ(cfg(launchOf(sumOf({8, 100000}, {1}))), (V{1024, 1, 8}));
   EXPECT_EQ(cfg(launchOf(sumOf({4096, 1024}, {1}))), (V{32, 8, 512}));  // many rows: a warp per row
-  // Outer: vec columns per thread, tx threads per row (32..4) wide enough for a tile per SM; few
-  // tiles get 1024 threads per block, many get 512.
-  EXPECT_EQ(cfg(launchOf(sumOf({4096, 96}, {0}))), (V{4, 256, 6}));
+  // Outer: vec columns per thread, a warp across the columns (fewer lanes for a handful), 512
+  // threads per block; the reduced rows split over grid_y (one block per column tile in x).
+  EXPECT_EQ(cfg(launchOf(sumOf({4096, 96}, {0}))), (V{32, 16, 1}));
   l = launchOf(sumOf({1024, 65536}, {0}));
   EXPECT_EQ(cfg(l), (V{32, 16, 512}));
   EXPECT_EQ(l.shared_mem_bytes, 0);  // shared memory is static in the source
@@ -597,8 +597,8 @@ TEST(CodegenTest, BenchmarkLaunchConfigs) {
             (std::vector<int64_t>{256, 1, 1056}));
   EXPECT_TRUE(contains(inner->source, "256 x 1 threads per block, 8 per vector, 4 vectors per step")) << inner->source;
   EXPECT_EQ((std::vector<int64_t>{outer->launch.block_x, outer->launch.block_y, outer->launch.grid_x}),
-            (std::vector<int64_t>{8, 64, 256}));
-  EXPECT_TRUE(contains(outer->source, "8 x 64 threads per block, 8 per vector, 4 vectors per step")) << outer->source;
+            (std::vector<int64_t>{32, 16, 64}));
+  EXPECT_TRUE(contains(outer->source, "32 x 16 threads per block, 8 per vector, 4 vectors per step")) << outer->source;
 }
 
 // ---- nvcc ----
