@@ -400,8 +400,9 @@ bool scheduleReduction(const Analysis& a, const CodegenOptions& o, Schedule* s, 
     l.grid_x = gridFor(tiles, 1, l.block_x * l.block_y, rp.sm_count, rp.threads_per_sm);
     s->unroll = rp.unroll;  // with loops of 2 and 1 after it: the reduced extent is the launch's count
     // Chunks of reduced rows over grid_y until the grid is one wave of resident blocks (no partial
-    // last wave): bf16 [8192, 4096] had taken 0.059 ms as 2.4 waves of 4 x 256-thread blocks that
-    // each read 7 rows per thread, against ATen's 0.032 (H200).
+    // last wave): bf16 [8192, 4096] -> bf16 had taken 0.059 ms as 2.4 waves of 4 x 256-thread
+    // blocks that read 7 rows per thread, against ATen's 0.032 (H200); this way 0.042 against
+    // ATen's 0.039 (H100), and [16384, 16384] into float 0.95 of copy bandwidth.
     const int64_t resident_blocks =
         rp.sm_count * std::max<int64_t>(1, rp.threads_per_sm / (l.block_x * l.block_y));
     const int64_t chunks = std::min({std::max<int64_t>(1, rp.outer_split_waves * resident_blocks / tiles),
