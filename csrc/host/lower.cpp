@@ -296,6 +296,9 @@ std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, 
     }
     std::sort(dead.begin(), dead.end(), [](TensorView* a, TensorView* b) { return a->name() < b->name(); });
     for (TensorView* tv : dead) with_frees.push_back({HostInstruction::Kind::Deallocate, -1, tv});
+    if (insts[i].kind == HostInstruction::Kind::RunSegment) {
+      hp->segments()[insts[i].index].last_reads.assign(dead.begin(), dead.end());
+    }
   }
   insts = with_frees;
   planCommunicationLayouts(*hp);

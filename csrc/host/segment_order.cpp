@@ -3,7 +3,8 @@
 // Requires: exprs in a topological order; runs_alone(e) true for the exprs that never share a segment
 //   (lowering closes the open segment before and after them).
 // Guarantees: a topological order of the same exprs in which the exprs that run alone keep their
-//   relative order, and each other expr sits in one of the gaps between two of them:
+//   relative order (except the terminal ones, last item), and each other expr sits in one of the
+//   gaps between two of them:
 //   - an expr on a path to an expr that runs alone goes in the last gap before its first such
 //     consumer (as late as possible), so pointwise work split by an independent GEMM (silu(gate)
 //     before the up projection, mul(silu, up) after it) meets its consumers in one segment;
@@ -17,17 +18,22 @@
 //     all it makes is read by fusible work in one later gap alone: then it goes back there, as a
 //     move would store a product (often float) that the later kernel computes in registers
 //     (sinkUnsharedMoves: silu's derivative pulled toward the silu that reads the same gate).
+//   - then an expr that runs alone whose product no other such expr reads (a weight gradient's
+//     GEMM; not a communication) moves, with the views and work only it reads, to where its
+//     operands exist, or right after the first communication posted from there on (hoistTerminals).
 //   Exprs in one gap keep their given relative order. The order depends on the fusion only (never on
 //   the rank), so every rank posts its communications in the same order.
 #include "host/segment_order.h"
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <map>
 #include <unordered_map>
 
 #include "ir/op_registry.h"
 #include "multidevice/sharding.h"
+#include "support/error.h"
 
 namespace mf {
 
@@ -106,6 +112,77 @@ void sinkUnsharedMoves(const std::vector<std::vector<size_t>>& consumers, const 
   }
 }
 
+// Where an expr that runs alone but feeds no other such expr (a weight gradient's GEMM) moves to.
+struct Hoist {
+  size_t expr;
+  std::vector<size_t> cone;  // views and work only it reads, in the gap before it: they move with it
+  int64_t slot;              // it runs before alone expr `slot` ...
+  bool after_gap;            // ... after the exprs of gap `slot` (else right after alone expr slot - 1)
+};
+
+// A weight gradient's GEMM runs as soon as its operands exist, not where the fusion's output order
+// left it (last): held until then, its operands (the activation gradient beside the dx GEMM, a
+// recomputed activation) were the backward's peak, live through the attention backward. When a
+// communication is posted between the point its operands exist and where it stood, it runs right
+// after that post instead, so it overlaps the communication (as Megatron orders a TP backward: dx's
+// GEMM, its Allreduce, then dW's GEMM). Communications themselves keep their place.
+std::vector<Hoist> hoistTerminals(const std::vector<Expr*>& exprs, const std::vector<std::vector<size_t>>& producers,
+                                  const std::vector<std::vector<size_t>>& consumers, const std::vector<int64_t>& alone_rank,
+                                  const std::vector<int64_t>& gap, const std::function<bool(const Expr*)>& runs_alone) {
+  const size_t n = exprs.size();
+  std::vector<bool> feeds_alone(n, false);  // some expr that runs alone reads what it makes, maybe through others
+  for (size_t i = n; i-- > 0;) {
+    for (size_t c : consumers[i]) feeds_alone[i] = feeds_alone[i] || alone_rank[c] >= 0 || feeds_alone[c];
+  }
+  std::vector<const Expr*> alone;
+  for (size_t i = 0; i < n; ++i) {
+    if (alone_rank[i] >= 0) alone.push_back(exprs[i]);
+  }
+  auto communication = [](const Expr* e) { return isExchange(e->op()) || isResharding(e); };
+  std::vector<Hoist> hoists;
+  std::vector<bool> in_cone(n, false);
+  for (size_t t = 0; t < n; ++t) {
+    if (alone_rank[t] < 0 || feeds_alone[t] || communication(exprs[t]) || !runs_alone(exprs[t])) continue;
+    const int64_t rank = alone_rank[t];
+    // The cone: exprs in the gap right before t whose products only t (or the cone) reads.
+    std::vector<size_t> cone;
+    std::vector<bool> mine(n, false);
+    mine[t] = true;
+    for (size_t i = t; i-- > 0;) {
+      if (alone_rank[i] >= 0 || gap[i] != rank || in_cone[i] || consumers[i].empty()) continue;
+      bool only_mine = true;
+      for (size_t c : consumers[i]) only_mine = only_mine && mine[c];
+      if (only_mine) mine[i] = true;
+    }
+    int64_t slot = 0;
+    bool after_gap = false;
+    auto later = [&](int64_t s, bool a) {
+      if (s > slot || (s == slot && a && !after_gap)) slot = s, after_gap = a;
+    };
+    for (size_t i = 0; i <= t; ++i) {
+      if (!mine[i]) continue;
+      if (i != t) cone.push_back(i);
+      for (size_t p : producers[i]) {
+        if (mine[p]) continue;
+        if (alone_rank[p] >= 0) {
+          later(alone_rank[p] + 1, false);
+        } else {
+          later(gap[p], true);
+        }
+      }
+    }
+    if (slot > rank || (slot == rank && after_gap)) continue;  // no earlier than where it stands
+    for (int64_t k = slot; k < rank; ++k) {
+      if (communication(alone[static_cast<size_t>(k)])) {
+        slot = k + 1, after_gap = false;
+        break;
+      }
+    }
+    for (size_t c : cone) in_cone[c] = true;
+    hoists.push_back({t, cone, slot, after_gap});
+  }
+  return hoists;
+}
 }  // namespace
 
 std::vector<Expr*> orderForSegments(const std::vector<Expr*>& exprs, const std::function<bool(const Expr*)>& runs_alone) {
@@ -155,21 +232,39 @@ std::vector<Expr*> orderForSegments(const std::vector<Expr*>& exprs, const std::
   const std::vector<int64_t> latest = gap;
   joinSiblings(exprs, producers, alone_rank, earliest, feeds_outputs_only, gap);
   sinkUnsharedMoves(consumers, alone_rank, latest, gap);
-  std::vector<std::vector<Expr*>> gaps(static_cast<size_t>(alone_count) + 1);
+  for (int64_t& g : gap) g = std::min(g, alone_count);
+  const std::vector<Hoist> hoists = hoistTerminals(exprs, producers, consumers, alone_rank, gap, runs_alone);
+  std::vector<bool> moved(n, false);
+  std::vector<std::vector<size_t>> before_gap(static_cast<size_t>(alone_count) + 1), after_gap(before_gap.size());
+  for (size_t h = 0; h < hoists.size(); ++h) {
+    for (size_t c : hoists[h].cone) moved[c] = true;
+    moved[hoists[h].expr] = true;
+    (hoists[h].after_gap ? after_gap : before_gap)[static_cast<size_t>(hoists[h].slot)].push_back(h);
+  }
+  std::vector<std::vector<Expr*>> gaps(before_gap.size());
   std::vector<Expr*> alone;
   for (size_t i = 0; i < n; ++i) {
     if (alone_rank[i] >= 0) {
-      alone.push_back(exprs[i]);
-    } else {
-      gaps[static_cast<size_t>(std::min<int64_t>(gap[i], alone_count))].push_back(exprs[i]);
+      alone.push_back(moved[i] ? nullptr : exprs[i]);
+    } else if (!moved[i]) {
+      gaps[static_cast<size_t>(gap[i])].push_back(exprs[i]);
     }
   }
   std::vector<Expr*> order;
   order.reserve(n);
+  auto place = [&](const std::vector<size_t>& hs) {
+    for (size_t h : hs) {
+      for (size_t c : hoists[h].cone) order.push_back(exprs[c]);
+      order.push_back(exprs[hoists[h].expr]);
+    }
+  };
   for (size_t g = 0; g < gaps.size(); ++g) {
+    place(before_gap[g]);
     order.insert(order.end(), gaps[g].begin(), gaps[g].end());
-    if (g < alone.size()) order.push_back(alone[g]);
+    place(after_gap[g]);
+    if (g < alone.size() && alone[g] != nullptr) order.push_back(alone[g]);
   }
+  MF_CHECK(order.size() == n, "segment order lost exprs: ", order.size(), " of ", n);
   return order;
 }
 

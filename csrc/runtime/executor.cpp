@@ -492,7 +492,8 @@ void FusionExecutor::runSegment(int64_t index, std::unordered_map<const Val*, at
   if (kernels_.size() != program_->segments().size()) kernels_.resize(program_->segments().size());
   kernels_[index].run(exprs, program_->fusion(), values, eval,
                       [&](const Val* v) { return scalarRuntimeValue(v, scalars, bindings).scalar; },
-                      /*launch=*/true, "segment " + std::to_string(index), currentDeviceLimits());
+                      /*launch=*/true, "segment " + std::to_string(index), currentDeviceLimits(),
+                      program_->segments()[index].last_reads);
 }
 
 std::vector<std::string> FusionExecutor::generatedKernels(const std::vector<RuntimeValue>& inputs,

@@ -240,6 +240,47 @@ std::string SegmentKernels::planText(const std::string& indent) const {
   return text;
 }
 
+// An output may be written into the buffer of an input the segment reads last, as Inductor reuses
+// buffers: a GELU backward's d_pre = (dy @ W2) * gelu'(pre) then needs no second [tokens, ffn]
+// buffer beside dy @ W2, which was the backward's peak. Safe only where each element of the input is
+// read once, by the thread that then writes the same element of the output: pointwise and
+// reduction kernels (one pass over their inputs; normalization kernels may read a row twice) with
+// no layout op (a permute or slice reads other elements), an input of exactly the output's sizes,
+// dtype and contiguous layout, no other reader (not a fusion input or output, no later piece of the
+// segment, no other tensor on its storage, no reference but the runtime's own).
+int64_t SegmentKernels::reusableInput(const Piece& p, const GeneratedKernel& k, size_t out,
+                                      const std::vector<at::Tensor>& ins, const std::vector<bool>& taken) const {
+  if (isDisabled(DisableOption::InplaceOutputs) || fusion_ == nullptr || segment_exprs_ == nullptr) return -1;
+  if (k.scheduler != "pointwise" && k.scheduler != "reduction") return -1;
+  for (const Expr* e : p.exprs) {
+    const OpInfo& info = opInfo(e->op());
+    if (info.kind == OpKind::Layout || info.aten_view) return -1;
+  }
+  const TensorView* tv = p.segment.outputs[out];
+  if (fusion_->isInput(tv)) return -1;
+  size_t t = 0;
+  for (const Val* v : p.segment.inputs) {
+    if (!v->isTensor()) continue;
+    const size_t index = t++;
+    if (taken[index] || fusion_->isInput(v) || fusion_->isOutput(v)) continue;
+    if (std::find(last_reads_.begin(), last_reads_.end(), v) == last_reads_.end()) continue;
+    const at::Tensor& in = ins[index];
+    // The runtime's value map and `ins` hold the only references; nothing else views the storage.
+    if (!in.is_cuda() || in.use_count() != 2 || in.storage().use_count() != 1) continue;
+    if (!in.is_contiguous() || in.storage_offset() != 0 || in.sizes() != c10::IntArrayRef(k.output_sizes[out]) ||
+        in.scalar_type() != toAten(tv->dtype()) || in.storage().nbytes() != in.nbytes()) {
+      continue;
+    }
+    bool read_elsewhere = false;
+    for (const Expr* e : *segment_exprs_) {
+      if (std::find(p.exprs.begin(), p.exprs.end(), e) != p.exprs.end()) continue;
+      for (const Val* i : e->inputs()) read_elsewhere = read_elsewhere || i == v;
+    }
+    if (!read_elsewhere) return static_cast<int64_t>(index);
+  }
+  return -1;
+}
+
 bool SegmentKernels::launch(const Piece& p, const GeneratedKernel& k, Values& values, const ScalarFn& scalar) {
   std::vector<at::Tensor> ins;
   std::vector<double> scalar_args;
@@ -257,8 +298,15 @@ bool SegmentKernels::launch(const Piece& p, const GeneratedKernel& k, Values& va
   }
   if (ins.empty()) return false;  // outputs take their device from an input
   std::vector<at::Tensor> outs;
+  std::vector<bool> taken(ins.size(), false);
   for (size_t i = 0; i < p.segment.outputs.size(); ++i) {
     const TensorView* tv = p.segment.outputs[i];
+    const int64_t reuse = reusableInput(p, k, i, ins, taken);
+    if (reuse >= 0) {
+      taken[static_cast<size_t>(reuse)] = true;
+      outs.push_back(ins[static_cast<size_t>(reuse)]);
+      continue;
+    }
     outs.push_back(at::empty(k.output_sizes[i], ins.at(0).options().dtype(toAten(tv->dtype()))));
   }
   launchGeneratedKernel(k, ins, outs, scalar_args);
@@ -446,7 +494,11 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
 }
 
 void SegmentKernels::run(const std::vector<Expr*>& exprs, const Fusion& fusion, Values& values, const EvalFn& eval,
-                         const ScalarFn& scalar, bool do_launch, const std::string& label, const DeviceLimits& device) {
+                         const ScalarFn& scalar, bool do_launch, const std::string& label, const DeviceLimits& device,
+                         const std::vector<const Val*>& last_reads) {
+  segment_exprs_ = &exprs;
+  fusion_ = &fusion;
+  last_reads_ = last_reads;
   last_.clear();
   last_kernels_.clear();
   if (planned_ && device != device_) {  // another device (or cuda_kernels for another architecture): plan again

@@ -52,8 +52,10 @@ class SegmentKernels {
   // Runs the segment (`launch`: generated kernels on CUDA tensors; else every piece on ATen, as on
   // meta tensors, still planning the pieces). `label` names the segment in dumps. Kernels are
   // generated for `device`; a run for other limits than the plan's plans again.
+  // `last_reads`: the intermediates the segment reads last (a kernel may write into their buffers).
   void run(const std::vector<Expr*>& exprs, const Fusion& fusion, Values& values, const EvalFn& eval,
-           const ScalarFn& scalar, bool launch, const std::string& label, const DeviceLimits& device);
+           const ScalarFn& scalar, bool launch, const std::string& label, const DeviceLimits& device,
+           const std::vector<const Val*>& last_reads = {});
   bool planned() const { return planned_; }
   const std::vector<Piece>& pieces() const { return pieces_; }
   // What ran each piece on the last run: a kernel's scheduler or "expr_eval".
@@ -70,7 +72,14 @@ class SegmentKernels {
             const ScalarFn& scalar, bool launch, const std::string& label);
   // Launches the piece's kernel when its args still match; false when ATen must run it.
   bool launch(const Piece& p, const GeneratedKernel& k, Values& values, const ScalarFn& scalar);
+  // The input whose buffer output `out` of the piece may take (-1: none); see launch().
+  int64_t reusableInput(const Piece& p, const GeneratedKernel& k, size_t out, const std::vector<at::Tensor>& ins,
+                        const std::vector<bool>& taken) const;
   bool planned_ = false;
+  // Of the current run: the segment's exprs, its fusion and the intermediates it reads last.
+  const std::vector<Expr*>* segment_exprs_ = nullptr;
+  const Fusion* fusion_ = nullptr;
+  std::vector<const Val*> last_reads_;
   DeviceLimits device_;  // what the pieces' kernels were generated for
   std::vector<Piece> pieces_;
   std::vector<std::string> last_;

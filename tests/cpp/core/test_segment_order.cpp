@@ -52,10 +52,38 @@ TEST(SegmentOrderTest, ReductionThatOnlyFeedsAnOutputJoinsItsProducer) {
   f->addOutput(reductionOp(OpType::Sum, grad, {0}));
   expectHostProgram(std::move(f), R"CHECK(
 CHECK: run segment 0: [[S:T[0-9]+]] = sigmoid(T1); [[G:T[0-9]+]] = mul(T0, [[S]]); {{T[0-9]+}} = sum([[G]], dims=[0])
-CHECK: run segment 1: {{T[0-9]+}} = matmul([[G]], T2)
 CHECK-NOT: sum(
 CHECK: matmul(
 CHECK-NOT: sum(
+CHECK: matmul(
+CHECK-NOT: sum(
+CHECK: outputs:
+)CHECK");
+}
+
+// A weight gradient's GEMM listed last by the outputs runs as soon as its operands exist, beside
+// the dx GEMM that reads the same activation gradient: d_pre is freed before the rest of the
+// backward instead of being held to its end (it was a block backward's peak).
+TEST(SegmentOrderTest, WeightGradientGemmRunsAsSoonAsItsOperandsExist) {
+  auto f = std::make_unique<Fusion>();
+  TensorView* dy = defineTensor(*f, {4, 8}, DataType::Float);
+  TensorView* w2 = defineTensor(*f, {8, 6}, DataType::Float);
+  TensorView* pre = defineTensor(*f, {4, 6}, DataType::Float);
+  TensorView* w1 = defineTensor(*f, {6, 8}, DataType::Float);
+  TensorView* x = defineTensor(*f, {4, 8}, DataType::Float);
+  TensorView* w3 = defineTensor(*f, {8, 8}, DataType::Float);
+  TensorView* d_pre = binaryOp(OpType::Mul, matmul(dy, w2), unaryOp(OpType::Sigmoid, pre));
+  TensorView* dx = matmul(d_pre, w1);
+  f->addOutput(matmul(unaryOp(OpType::Exp, dx), w3));  // the rest of the backward
+  f->addOutput(matmul(permute(d_pre, {1, 0}), x));     // dW, last in output order
+  expectHostProgram(std::move(f), R"CHECK(
+CHECK: run segment 0: {{T[0-9]+}} = matmul(T0, T1)
+CHECK: run segment 1: {{.*}}[[D:T[0-9]+]] = mul(
+CHECK: [[P:T[0-9]+]] = permute([[D]], dims=[1, 0])
+CHECK: matmul([[P]], T4)
+CHECK: run segment {{[0-9]+}}: [[DX:T[0-9]+]] = matmul([[D]], T3)
+CHECK: deallocate [[D]]
+CHECK: exp([[DX]])
 CHECK: outputs:
 )CHECK");
 }

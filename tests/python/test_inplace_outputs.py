@@ -1,0 +1,83 @@
+"""A generated kernel writes an output into the buffer of an intermediate its segment reads last
+(runtime/segment_kernels.cpp), as Inductor reuses buffers: the activation gradient of a GELU
+backward then takes no buffer beside dy @ W2. GPU only (the runtime launches kernels on CUDA
+tensors); each test compares the peak memory of a run with MESHFUSER_DISABLE=inplace_outputs, and
+the results with PyTorch on the same tensors."""
+import pytest
+import torch
+
+from meshfuser import DataType, FusionDefinition, _C
+
+pytestmark = [pytest.mark.timeout(120),
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+ROWS, COLS, E = 4096, 8192, 1024  # [ROWS, COLS] bf16 intermediates of 64 MiB
+
+
+def _peak_and_outputs(fd, inputs, inplace):
+    import os
+    old = os.environ.get("MESHFUSER_DISABLE")
+    if not inplace:
+        os.environ["MESHFUSER_DISABLE"] = "inplace_outputs"
+    else:
+        os.environ.pop("MESHFUSER_DISABLE", None)
+    _C.reload_options()
+    try:
+        fd.execute(inputs)  # plans and compiles
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        outputs = fd.execute(inputs)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base, outputs
+    finally:
+        if old is None:
+            os.environ.pop("MESHFUSER_DISABLE", None)
+        else:
+            os.environ["MESHFUSER_DISABLE"] = old
+        _C.reload_options()
+
+
+def _gelu_backward(with_bias_gradient):
+    """dx = (dy @ W2 * sigmoid(pre)) @ W1: dy @ W2 dies in the kernel that makes d_pre."""
+    with FusionDefinition() as fd:
+        dy = fd.define_tensor([ROWS, E], dtype=DataType.BFloat16)
+        w2 = fd.define_tensor([E, COLS], dtype=DataType.BFloat16)
+        pre = fd.define_tensor([ROWS, COLS], dtype=DataType.BFloat16)
+        w1 = fd.define_tensor([COLS, E], dtype=DataType.BFloat16)
+        d_act = fd.ops.matmul(dy, w2)
+        d_pre = fd.ops.cast(fd.ops.mul(fd.ops.cast(d_act, DataType.Float),
+                                       fd.ops.sigmoid(fd.ops.cast(pre, DataType.Float))), DataType.BFloat16)
+        fd.add_output(fd.ops.matmul(d_pre, w1))
+        if with_bias_gradient:  # a reduction kernel: the column sum beside d_pre
+            fd.add_output(fd.ops.cast(fd.ops.sum(fd.ops.cast(d_pre, DataType.Float), [0]), DataType.BFloat16))
+    return fd
+
+
+@pytest.mark.parametrize("with_bias_gradient", [False, True], ids=["pointwise", "reduction"])
+def test_dying_intermediate_buffer_takes_the_kernel_output(with_bias_gradient):
+    g = torch.Generator().manual_seed(0)
+    dy, w2, pre, w1 = (torch.randn(shape, generator=g).to("cuda", torch.bfloat16) * 0.1
+                       for shape in ([ROWS, E], [E, COLS], [ROWS, COLS], [COLS, E]))
+    fd = _gelu_backward(with_bias_gradient)
+    peak_reuse, outs = _peak_and_outputs(fd, [dy, w2, pre, w1], inplace=True)
+    peak_fresh, outs_fresh = _peak_and_outputs(fd, [dy, w2, pre, w1], inplace=False)
+    intermediate = ROWS * COLS * 2
+    assert peak_fresh - peak_reuse >= intermediate, (peak_fresh, peak_reuse)
+    d_pre = ((dy @ w2).float() * torch.sigmoid(pre.float())).to(torch.bfloat16)
+    torch.testing.assert_close(outs[0], d_pre @ w1, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(outs[0], outs_fresh[0], rtol=0, atol=0)
+    if with_bias_gradient:
+        torch.testing.assert_close(outs[1], d_pre.float().sum(0).to(torch.bfloat16), rtol=2e-2, atol=1e-1)
+
+
+def test_inputs_are_never_overwritten():
+    """A fusion input the kernel reads last is the caller's: the output takes a buffer of its own."""
+    with FusionDefinition() as fd:
+        x = fd.define_tensor([ROWS, COLS], dtype=DataType.BFloat16)
+        fd.add_output(fd.ops.mul(fd.ops.exp(x), 2.0))
+    x = torch.randn(ROWS, COLS, device="cuda").to(torch.bfloat16)
+    keep = x.clone()
+    (out,) = fd.execute([x])
+    assert out.data_ptr() != x.data_ptr()
+    torch.testing.assert_close(x, keep, rtol=0, atol=0)
+    torch.testing.assert_close(out, (torch.exp(keep.float()) * 2).to(torch.bfloat16), rtol=1e-2, atol=1e-2)
