@@ -60,7 +60,7 @@ def breakdown_ms(fn, iters=3, cpu=None):
         us = evt.self_cpu_time_total if cpu else (evt.device_time if hasattr(evt, "device_time") else evt.cuda_time)
         cat = classify(evt.name)
         if not cpu:
-            intervals.append((evt.time_range.start, evt.time_range.end))
+            intervals.append((evt.time_range.start, evt.time_range.end, evt.name))
         totals[cat] += us / 1e3 / iters
         launches += 1
         top[evt.name] = top.get(evt.name, 0.0) + us / 1e3 / iters
@@ -68,7 +68,9 @@ def breakdown_ms(fn, iters=3, cpu=None):
     totals["total"] = sum(totals[c] for c in CATEGORIES)
     # Idle GPU time inside the calls: the span from the first kernel's start to the last one's end,
     # less the time some kernel ran (host-bound stretches, synchronizations, launch latency).
-    totals["idle"] = _idle_us(intervals) / 1e3 / iters if intervals else 0.0
+    idle_us, gaps = _idle_us(intervals) if intervals else (0.0, [])
+    totals["idle"] = idle_us / 1e3 / iters
+    totals["gaps"] = gaps[:6]
     totals["launches"] = launches / iters
     totals["top"] = sorted(top.items(), key=lambda kv: -kv[1])[:8]
     # The small kernels are where fusion choices differ: the largest of each memory-bound class.
@@ -92,13 +94,17 @@ def breakdowns_in_both_orders(fns):
 
 
 def _idle_us(intervals):
+    """Total idle microseconds, and the largest gaps as (us, kernel before, kernel after)."""
     intervals.sort()
-    idle, end = 0.0, intervals[0][1]
-    for start, stop in intervals[1:]:
+    idle, end, last, gaps = 0.0, intervals[0][1], intervals[0][2], []
+    for start, stop, name in intervals[1:]:
         if start > end:
             idle += start - end
-        end = max(end, stop)
-    return idle
+            gaps.append((start - end, last, name))
+        if stop >= end:
+            end, last = stop, name
+    gaps.sort(key=lambda g: -g[0])
+    return idle, gaps
 
 
 def print_breakdown(title, named):
@@ -110,6 +116,9 @@ def print_breakdown(title, named):
         print(impl.ljust(16) + "".join(f"{b[c]:11.3f}" for c in cols))
     for impl, b in named.items():
         print(f"  {impl} top kernels: " + "; ".join(f"{name[:60]} {ms:.3f}" for name, ms in b["top"]))
+        if b.get("gaps"):
+            print(f"  {impl} largest idle gaps (us, after -> before): " + "; ".join(
+                f"{us:.0f} {a[:40]} -> {z[:40]}" for us, a, z in b["gaps"]))
         for cat in ("generated", "aten"):
             if b.get(f"top {cat}"):
                 print(f"  {impl} top {cat}: " + "; ".join(f"{name[:60]} {ms:.3f}" for name, ms in b[f"top {cat}"]))

@@ -206,6 +206,8 @@ def main():
     parser.add_argument("--no-compile", action="store_true")
     parser.add_argument("--no-backward", action="store_true")
     parser.add_argument("--breakdown", action="store_true", help="torch.profiler kernel classes per impl")
+    parser.add_argument("--memory", action="store_true",
+                        help="what is live at each training step's peak memory (allocator trace)")
     parser.add_argument("--segments", action="store_true",
                         help="meshfuser's own profile: the slowest segments that are not GEMMs or attention")
     args = parser.parse_args()
@@ -297,6 +299,11 @@ def main():
             print_breakdown(f"{block.title} forward", fwd_parts)
             if step_parts:
                 print_breakdown(f"{block.title} forward+backward", step_parts)
+    if args.memory and cuda and rank == 0:
+        from memory_timeline import print_peak
+        print_peak(f"{block.title} meshfuser training step", mf_step)
+        if compiled is not None:
+            print_peak(f"{block.title} torch.compile training step", step(compiled))
     if args.segments and rank == 0:
         outs = train_fwd.execute(mf_inputs)
         print_slowest_segments(f"{block.title} training forward", train_fwd, lambda: train_fwd.execute(mf_inputs))
