@@ -15,8 +15,9 @@ import torch
 def _label(frames):
     """A short name for where an allocation was made: meshfuser's frame and the ATen op under it,
     else the innermost Python frame outside torch's own packages."""
-    mf = next((f["name"] for f in frames if "meshfuser" in f["name"] and "::" in f["name"]), None)
-    op = next((f["name"] for f in frames if f["name"].startswith(("at::native::", "at::_ops::"))), None)
+    mf = next((f["name"] for f in frames if f["name"].startswith("mf::")), None)
+    op = next((f["name"] for f in frames if f["name"].startswith(("at::native::", "at::_ops::"))
+               and "empty" not in f["name"]), None)
     if mf or op:
         return " / ".join(n.split("(")[0][:70] for n in (mf, op) if n)
     py = [f for f in frames if f["filename"].endswith(".py") and "/torch/" not in f["filename"]]

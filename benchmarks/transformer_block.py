@@ -237,9 +237,13 @@ def main():
         return fwd.execute(mf_inputs)
 
     def mf_step():
+        # As autograd runs a compiled backward: the saved activations belong to the backward, which
+        # frees each after its last use (release_inputs); the block output stays with the caller.
         outs = train_fwd.execute(mf_inputs)
-        grad = torch.ones_like(outs[0])
-        return bwd.execute(block.backward_inputs(grad, outs, x, local))
+        out = outs[0]
+        inputs = block.backward_inputs(torch.ones_like(out), outs, x, local)
+        del outs
+        return bwd.execute(inputs, release_inputs=True)
 
     # PyTorch eager and compiled, with autograd for the backward (the RoPE tables are constants).
     params = {n: t.detach().clone().requires_grad_(n not in ("cos", "sin")) for n, t in local.items()}

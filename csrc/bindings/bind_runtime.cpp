@@ -80,7 +80,9 @@ class FusionHandle {
  public:
   explicit FusionHandle(std::shared_ptr<Fusion> fusion) : fusion_(std::move(fusion)) {}
 
-  std::vector<at::Tensor> execute(const py::list& args) {
+  // release_inputs: the caller hands its list over: it is emptied, and each input is dropped after
+  // its last use in the program (FusionExecutor::run).
+  std::vector<at::Tensor> execute(const py::list& args, bool release_inputs) {
     ++entered_;
     setThreadTag();
     FusionExecutorCache& cache = this->cache();
@@ -92,11 +94,12 @@ class FusionHandle {
       refuse(e.what());
       throw;
     }
+    if (release_inputs) args.attr("clear")();
     std::shared_ptr<FusionExecutor> used;
     std::vector<at::Tensor> outputs;
     {
       py::gil_scoped_release release;
-      outputs = cache.run(inputs, &used);
+      outputs = cache.run(inputs, &used, release_inputs ? &inputs : nullptr);
     }
     last_ = used;  // this definition's own last program (identical definitions share the cache); under the GIL
     return outputs;
@@ -235,7 +238,7 @@ class FusionHandle {
 void bindRuntime(py::module& m) {
   py::class_<FusionHandle>(m, "FusionHandle")
       .def(py::init<std::shared_ptr<Fusion>>())
-      .def("execute", &FusionHandle::execute, py::arg("inputs"))
+      .def("execute", &FusionHandle::execute, py::arg("inputs"), py::arg("release_inputs") = false)
       .def("refuse", &FusionHandle::refuse, py::arg("error"))
       .def_property_readonly("entered", &FusionHandle::entered)
       .def("cuda_kernels", &FusionHandle::cudaKernels, py::arg("inputs"), py::arg("arch") = py::none(),

@@ -148,7 +148,9 @@ std::string HostProgram::toString(const std::vector<std::string>& schedulers,
         break;
       }
       case HostInstruction::Kind::Deallocate:
-        if (show_deallocations) ss << "  deallocate " << inst.tv->toString() << "\n";
+        if (show_deallocations) {
+          ss << (fusion_->isInput(inst.tv) ? "  release input " : "  deallocate ") << inst.tv->toString() << "\n";
+        }
         else ++hidden;
         break;
     }

@@ -114,7 +114,7 @@ struct HostInstruction {
   enum class Kind { RunSegment, PostCommunication, Wait, Deallocate, StreamLoop };
   Kind kind;
   int64_t index = -1;       // segment, communication or stream loop index
-  TensorView* tv = nullptr;  // Deallocate
+  TensorView* tv = nullptr;  // Deallocate: an intermediate freed, or an input the program stops referencing
 };
 
 class HostProgram {

@@ -268,7 +268,9 @@ std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, 
   std::sort(remaining.begin(), remaining.end(), [&](Val* a, Val* b) { return pending[a] < pending[b]; });
   wait_for(remaining);
 
-  // Deallocate intermediates after their last use.
+  // Deallocate intermediates after their last use, and drop the program's reference to each tensor
+  // input after its last use: with execute(..., release_inputs=True) the caller gave up its own,
+  // so a backward's saved activations are freed as the backward consumes them.
   std::map<const Val*, size_t> last_use;
   for (size_t i = 0; i < insts.size(); ++i) {
     const HostInstruction& inst = insts[i];
@@ -292,12 +294,16 @@ std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, 
     with_frees.push_back(insts[i]);
     std::vector<TensorView*> dead;
     for (auto& [v, idx] : last_use) {
-      if (idx == i && v->isTensor() && !f.isInput(v) && !f.isOutput(v)) dead.push_back(static_cast<TensorView*>(const_cast<Val*>(v)));
+      if (idx == i && v->isTensor() && !f.isOutput(v)) dead.push_back(static_cast<TensorView*>(const_cast<Val*>(v)));
     }
     std::sort(dead.begin(), dead.end(), [](TensorView* a, TensorView* b) { return a->name() < b->name(); });
     for (TensorView* tv : dead) with_frees.push_back({HostInstruction::Kind::Deallocate, -1, tv});
     if (insts[i].kind == HostInstruction::Kind::RunSegment) {
-      hp->segments()[insts[i].index].last_reads.assign(dead.begin(), dead.end());
+      // Only intermediates: an input's buffer is the caller's even when released.
+      auto& last_reads = hp->segments()[insts[i].index].last_reads;
+      for (TensorView* tv : dead) {
+        if (!f.isInput(tv)) last_reads.push_back(tv);
+      }
     }
   }
   insts = with_frees;

@@ -187,7 +187,8 @@ std::string FusionExecutor::checkRunnable(const std::vector<RuntimeValue>& input
   return "";
 }
 
-std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inputs) {
+std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inputs, std::vector<RuntimeValue>* release) {
+  MF_CHECK(release == nullptr || release == &inputs, "run: `release` must be the inputs themselves");
   Communicator& comm = *comm_;
   requireCommunicatorFor(*program_, comm);
   // One multi-rank call at a time per process (calls from other threads wait here); the agreement
@@ -219,7 +220,7 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
   if (!strict) {
     CallAgreement* pending = agreement && !agreement->finished() ? &*agreement : nullptr;
     try {
-      return runAgreed(inputs, bindings, pending);
+      return runAgreed(inputs, bindings, pending, release);
     } catch (...) {
       // The round must complete on this rank too; when the ranks disagree, that is the error to raise.
       if (pending && !pending->finished()) pending->finish();
@@ -233,7 +234,7 @@ std::vector<at::Tensor> FusionExecutor::run(const std::vector<RuntimeValue>& inp
   }
   std::vector<at::Tensor> outputs;
   try {
-    outputs = runAgreed(inputs, bindings, nullptr);
+    outputs = runAgreed(inputs, bindings, nullptr, release);
   } catch (...) {
     try {
       if (!comm.broken()) agreeOnCompletion(comm, fingerprint_, false);
@@ -278,7 +279,7 @@ UserError collectiveFailure(Communicator& comm, const Communication& c, int64_t 
 }
 
 std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue>& inputs, ExtentBindings bindings,
-                                                  CallAgreement* pending) {
+                                                  CallAgreement* pending, std::vector<RuntimeValue>* release) {
   const Fusion& f = program_->fusion();
   Communicator& comm = *comm_;
   if (!teams_created_ && multi_rank_) {
@@ -300,6 +301,10 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
   for (const RuntimeValue& rv : inputs) {
     if (rv.is_tensor) eval_device_ = rv.tensor.device();
     if (rv.is_tensor && rv.tensor.is_cuda()) use_kernels = !isDisabled(DisableOption::Codegen) && cudaKernelsAvailable();
+  }
+  // From here `values` holds the inputs, and its entries go after their last use (Deallocate).
+  if (release != nullptr) {
+    for (RuntimeValue& rv : *release) rv.tensor = at::Tensor();
   }
   ProfileRecorder* profile = ProfileRecorder::active();
   // A communication's times run from its post to the end of its wait.
@@ -409,11 +414,7 @@ std::vector<at::Tensor> FusionExecutor::runAgreed(const std::vector<RuntimeValue
     if (it == values.end()) {
       // This rank is outside the output's mesh: an empty tensor stands in.
       MF_CHECK(tv->hasMesh() && !tv->mesh().has(program_->rank()), "output ", tv->toString(), " was not computed");
-      at::Device dev = at::kCPU;
-      for (const RuntimeValue& rv : inputs) {
-        if (rv.is_tensor) dev = rv.tensor.device();
-      }
-      outputs.push_back(at::empty({0}, at::TensorOptions().dtype(toAten(tv->dtype())).device(dev)));
+      outputs.push_back(at::empty({0}, at::TensorOptions().dtype(toAten(tv->dtype())).device(eval_device_)));
       continue;
     }
     outputs.push_back(withStrideOrder(it->second, tv->strideOrder()));

@@ -35,7 +35,10 @@ class FusionExecutor {
   // Clones `fusion`, runs the pass pipeline and lowers it for `rank`. Communications go through
   // `comm` (the Python layer passes the process-wide instance).
   FusionExecutor(const Fusion& fusion, int64_t rank, Communicator& comm = Communicator::instance());
-  std::vector<at::Tensor> run(const std::vector<RuntimeValue>& inputs);
+  // `release`, when given, is `inputs` itself, handed over by the caller: its tensors are dropped
+  // once the program holds them, and the program drops each after its last use, so an input no one
+  // else references (a backward's saved activation) is freed as soon as the program is done with it.
+  std::vector<at::Tensor> run(const std::vector<RuntimeValue>& inputs, std::vector<RuntimeValue>* release = nullptr);
   const HostProgram& hostProgram() const { return *program_; }
   // What runs each segment on the last call: "expr_eval" (ATen) or a generated kernel's scheduler.
   std::vector<std::string> segmentSchedulers() const;
@@ -65,7 +68,7 @@ class FusionExecutor {
   // `pending`: the call's agreement, still in flight; finished before the first communication.
   // `bindings` gains the data-dependent extents (the rows an exchange received) as the call runs.
   std::vector<at::Tensor> runAgreed(const std::vector<RuntimeValue>& inputs, ExtentBindings bindings,
-                                    CallAgreement* pending);
+                                    CallAgreement* pending, std::vector<RuntimeValue>* release);
   void runCommunication(const Communication& c, std::unordered_map<const Val*, at::Tensor>& values,
                         const ExtentBindings& bindings, std::vector<c10::intrusive_ptr<c10d::Work>>& works);
   // The expert-parallel exchanges (run_exchange.cpp): communication `index` of the program. Binds the
@@ -127,7 +130,9 @@ class FusionExecutorCache {
   // Runs the executor for these inputs (`used`, when given, receives it). One call at a time per
   // cache: execute() releases the GIL, and two threads running the same definition (or two
   // identical definitions, which share a cache) must not plan or bind into one executor at once.
-  std::vector<at::Tensor> run(const std::vector<RuntimeValue>& inputs, std::shared_ptr<FusionExecutor>* used = nullptr);
+  // `release`: see FusionExecutor::run.
+  std::vector<at::Tensor> run(const std::vector<RuntimeValue>& inputs, std::shared_ptr<FusionExecutor>* used = nullptr,
+                              std::vector<RuntimeValue>* release = nullptr);
   // The generated kernels' sources for these inputs (cuda_kernels()), under the same lock.
   std::vector<std::string> generatedKernels(const std::vector<RuntimeValue>& inputs,
                                             std::shared_ptr<FusionExecutor>* used = nullptr,

@@ -46,12 +46,13 @@ void FusionExecutorCache::refuseCall(const std::string& error) {
 }
 
 std::vector<at::Tensor> FusionExecutorCache::run(const std::vector<RuntimeValue>& inputs,
-                                                 std::shared_ptr<FusionExecutor>* used) {
+                                                 std::shared_ptr<FusionExecutor>* used,
+                                                 std::vector<RuntimeValue>* release) {
   RECORD_FUNCTION("meshfuser::execute", std::vector<c10::IValue>());  // holds the step ranges (trace_range.h)
   std::lock_guard<std::mutex> lock(mutex_);
   std::shared_ptr<FusionExecutor> executor = executorFor(inputs);
   if (used != nullptr) *used = executor;
-  return executor->run(inputs);
+  return executor->run(inputs, release);
 }
 
 std::vector<std::string> FusionExecutorCache::generatedKernels(const std::vector<RuntimeValue>& inputs,

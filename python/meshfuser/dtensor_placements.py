@@ -185,9 +185,11 @@ def global_dtensor(local, torch_mesh, placements, global_shape):
                               stride=tuple(stride))
 
 
-def execute_with_dtensors(fd, inputs):
+def execute_with_dtensors(fd, inputs, release_inputs=False):
     """fd.execute for DTensor inputs: check meshes and placements against the fusion inputs'
-    shardings, run on the local tensors; returns (output DTensors, shardings)."""
+    shardings, run on the local tensors; returns (output DTensors, shardings). release_inputs:
+    `inputs` (a list) is emptied and the local tensors are dropped after their last use."""
+    given = inputs
     inputs = list(inputs)
     _check_inputs(inputs, "execute")
     inputs = _resolve_partials(inputs)
@@ -212,6 +214,9 @@ def execute_with_dtensors(fd, inputs):
             torch_meshes.append(t.device_mesh)
         device_type = device_type or t.device_mesh.device_type
         locals_.append(t.to_local())
-    outputs = fd._handle.execute(locals_)
+    if release_inputs:  # no reference left here either: the program holds the only ones
+        given.clear()
+        inputs = t = None
+    outputs = fd._handle.execute(locals_, release_inputs)
     return _wrap_outputs(fd, outputs, torch_meshes, device_type)
 

@@ -481,22 +481,32 @@ class FusionDefinition:
         pass
 
     # -- running ------------------------------------------------------------------------------
-    def execute(self, inputs):
+    def execute(self, inputs, release_inputs=False):
         """Runs the program on this rank's local shards (or DTensors) and returns its outputs.
 
         inputs: one torch.Tensor (this rank's local shard) or Python number per fusion input, in
         definition order. Every rank of the job must call execute on the same definition.
+        release_inputs=True hands the inputs over: `inputs` must be a list, execute empties it, and
+        the program drops each tensor after its last use, so a tensor nobody else references (a
+        backward's saved activations) is freed during the call rather than after it, as a compiled
+        backward frees what it has read. Tensors the caller still references are not affected.
         Returns: the direct style (`with FusionDefinition() as fd`) a list of local output
         tensors; the class style (a subclass with definition()) a pair (outputs, shardings), one
         Sharding per output (fd.get_output_shardings()). Inside torch.compile it is one custom op
         (meshfuser::run_fusion), and the class style's shardings are None.
         """
+        if release_inputs and type(inputs) is not list:
+            raise _C.ArgumentError(f"execute(release_inputs=True) empties the list of inputs it is given; got a "
+                                f"{type(inputs).__name__}: pass a list")
         if _torch_compiling():
+            if release_inputs:
+                raise _C.ArgumentError("execute(release_inputs=True) inside torch.compile: the compiled graph frees "
+                                        "its own buffers; leave release_inputs out there")
             outputs = _custom_op.run_fusion(self._key, list(inputs))
             return (outputs, None) if type(self).definition is not FusionDefinition.definition else outputs
-        return self._execute_eager(inputs)
+        return self._execute_eager(inputs, release_inputs)
 
-    def _execute_eager(self, inputs):
+    def _execute_eager(self, inputs, release_inputs=False):
         # Runs once per layer per step: kept to a few attribute lookups (host time per call is
         # time the GPU may wait for).
         if not self._defined:
@@ -509,7 +519,7 @@ class FusionDefinition:
                 inputs = list(inputs)
             for t in inputs:
                 if type(t) is not _Tensor and type(t).__name__ == "DTensor":
-                    outputs, shardings = execute_with_dtensors(self, inputs)
+                    outputs, shardings = execute_with_dtensors(self, inputs, release_inputs)
                     return (outputs, shardings) if type(self).definition is not FusionDefinition.definition \
                         else outputs
         except Exception as e:
@@ -518,7 +528,7 @@ class FusionDefinition:
             if handle.entered == entered:
                 handle.refuse(f"{type(e).__name__}: {e}")
             raise
-        outputs = handle.execute(inputs)
+        outputs = handle.execute(inputs, release_inputs)
         if type(self).definition is not FusionDefinition.definition:
             return outputs, self.get_output_shardings()
         return outputs

@@ -64,6 +64,8 @@ TEST(PassesTest, SeedLinearReduceScatterDecomposes) {
   EXPECT_EQ(hp->toString(),
             "HostProgram (rank 1) {\n"
             "  run segment 0: T3 = linear(T0, T1)\n"
+            "  release input T0\n"
+            "  release input T1\n"
             "  post 0: ReduceScatter T2 <- T3 on DIDx team=[0 1] out_axis=1 reduced_axis=3 op=sum layout: drop(3) send=blocks(1, copy)\n"
             "  wait 0\n"
             "  deallocate T3\n"
