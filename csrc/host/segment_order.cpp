@@ -65,10 +65,14 @@ void joinSiblings(const std::vector<Expr*>& exprs, const std::vector<std::vector
     auto it = made_by.find(v);
     return it != made_by.end() && alone_rank[it->second] >= 0;
   };
+  // How many exprs of each gap read each fusion input (a saved activation of a backward).
+  std::map<int64_t, std::unordered_map<const Val*, int>> input_reads;
+  auto fusion_input = [&](const Val* v) { return v->isTensor() && !made_by.count(v); };
   for (size_t i = 0; i < n; ++i) {
     if (alone_rank[i] >= 0) continue;
     for (const Val* v : exprs[i]->inputs()) {
       if (alone_made(v)) ++reads[gap[i]][v];
+      if (fusion_input(v)) ++input_reads[gap[i]][v];
     }
   }
   for (size_t i = 0; i < n; ++i) {
@@ -81,15 +85,21 @@ void joinSiblings(const std::vector<Expr*>& exprs, const std::vector<std::vector
       bool shares = false;
       for (const Val* v : exprs[i]->inputs()) {
         auto it = made_by.find(v);
-        if (it == made_by.end()) continue;
+        if (it == made_by.end()) {
+          // A fusion input read in a gap that follows a GEMM (the kernel after dy's GEMM reading the
+          // saved pre-activation, beside the activation recomputed for the weight gradient's GEMM).
+          shares = shares || (fusion_input(v) && input_reads[g].count(v) > 0 && !reads[g].empty());
+          continue;
+        }
         const size_t p = it->second;
         shares = shares || (alone_rank[p] < 0 && gap[p] == g) || (alone_rank[p] >= 0 && reads[g].count(v) > 0);
       }
       if (!shares) continue;
       for (const Val* v : exprs[i]->inputs()) {
-        if (!alone_made(v)) continue;
-        if (--reads[gap[i]][v] == 0) reads[gap[i]].erase(v);
-        ++reads[g][v];
+        auto& counts = alone_made(v) ? reads : fusion_input(v) ? input_reads : reads;
+        if (!alone_made(v) && !fusion_input(v)) continue;
+        if (--counts[gap[i]][v] == 0) counts[gap[i]].erase(v);
+        ++counts[g][v];
       }
       gap[i] = g;
       break;
@@ -102,13 +112,21 @@ void joinSiblings(const std::vector<Expr*>& exprs, const std::vector<std::vector
 // to silu(gate), well before dy's GEMM; moved there they were two float tensors written and read
 // back (0.6 ms of a Llama layer's backward on an H100) where the kernel after the GEMM computes them.
 // Reverse order, so an expr sees where its consumers finally went.
-void sinkUnsharedMoves(const std::vector<std::vector<size_t>>& consumers, const std::vector<int64_t>& alone_rank,
-                       const std::vector<int64_t>& latest, std::vector<int64_t>& gap) {
+void sinkUnsharedMoves(const std::vector<Expr*>& exprs, const std::vector<std::vector<size_t>>& consumers,
+                       const std::vector<int64_t>& alone_rank, const std::vector<int64_t>& latest, std::vector<int64_t>& gap) {
+  // Every reader of i's product (looking through views) is fusible work in gap `g`: none needs it
+  // in memory. A view read by a GEMM does (the activation recomputed for a weight gradient).
+  std::function<bool(size_t, int64_t)> computed_in_registers = [&](size_t i, int64_t g) {
+    for (size_t c : consumers[i]) {
+      if (alone_rank[c] >= 0 || gap[c] != g) return false;
+      const OpInfo& info = opInfo(exprs[c]->op());
+      if ((info.kind == OpKind::Layout || info.aten_view) && !computed_in_registers(c, g)) return false;
+    }
+    return true;
+  };
   for (size_t i = consumers.size(); i-- > 0;) {
     if (alone_rank[i] >= 0 || consumers[i].empty() || gap[i] >= latest[i]) continue;
-    bool one_later_gap = true;
-    for (size_t c : consumers[i]) one_later_gap = one_later_gap && alone_rank[c] < 0 && gap[c] == latest[i];
-    if (one_later_gap) gap[i] = latest[i];
+    if (computed_in_registers(i, latest[i])) gap[i] = latest[i];
   }
 }
 
@@ -231,7 +249,7 @@ std::vector<Expr*> orderForSegments(const std::vector<Expr*>& exprs, const std::
   }
   const std::vector<int64_t> latest = gap;
   joinSiblings(exprs, producers, alone_rank, earliest, feeds_outputs_only, gap);
-  sinkUnsharedMoves(consumers, alone_rank, latest, gap);
+  sinkUnsharedMoves(exprs, consumers, alone_rank, latest, gap);
   for (int64_t& g : gap) g = std::min(g, alone_count);
   const std::vector<Hoist> hoists = hoistTerminals(exprs, producers, consumers, alone_rank, gap, runs_alone);
   std::vector<bool> moved(n, false);

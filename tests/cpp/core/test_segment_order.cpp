@@ -88,6 +88,33 @@ CHECK: outputs:
 )CHECK");
 }
 
+// The activation a weight gradient's GEMM reads (gelu(pre), recomputed from the saved input) is made
+// by the kernel that already reads `pre` after dy's GEMM (the GELU backward), not by a kernel of its
+// own that reads `pre` again; the weight gradient's GEMM follows at once, so the activation is not
+// held longer than `pre` was.
+TEST(SegmentOrderTest, RecomputedActivationJoinsTheKernelReadingTheSameSavedInput) {
+  auto f = std::make_unique<Fusion>();
+  TensorView* dy = defineTensor(*f, {4, 8}, DataType::Float);
+  TensorView* w2 = defineTensor(*f, {8, 6}, DataType::Float);
+  TensorView* pre = defineTensor(*f, {4, 6}, DataType::Float);
+  TensorView* w1 = defineTensor(*f, {6, 8}, DataType::Float);
+  TensorView* d_act = matmul(dy, w2);  // as linear_backward writes it: dx's GEMM, then dW's
+  TensorView* act = unaryOp(OpType::Gelu, pre);
+  TensorView* dw2 = matmul(permute(dy, {1, 0}), act);
+  TensorView* d_pre = binaryOp(OpType::Mul, d_act, unaryOp(OpType::Sigmoid, pre));
+  f->addOutput(matmul(d_pre, w1));
+  f->addOutput(reductionOp(OpType::Sum, d_pre, {0}));  // the bias gradient: d_pre is not the dx GEMM's alone
+  f->addOutput(dw2);
+  expectHostProgram(std::move(f), R"CHECK(
+CHECK: run segment 0: {{.*}}matmul(
+CHECK-NOT: gelu(
+CHECK: run segment {{[0-9]+}}: {{.*}}sigmoid(T2){{.*}}[[A:T[0-9]+]] = gelu(T2)
+CHECK-NOT: gelu(
+CHECK: run segment {{[0-9]+}}: {{.*}}matmul({{T[0-9]+}}, [[A]])
+CHECK-NEXT: deallocate [[A]]
+)CHECK");
+}
+
 // Work on inputs alone that feeds a later reduction is not hoisted into the first segment: it stays
 // with what reads it.
 TEST(SegmentOrderTest, WorkOnInputsStaysWithItsConsumers) {
