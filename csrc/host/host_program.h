@@ -66,8 +66,9 @@ struct Communication {
 
 struct Segment {
   std::vector<Expr*> exprs;
-  // Intermediates this segment reads last (deallocated right after it): a generated kernel may
-  // write an output of the same size and dtype into one's buffer (runtime/segment_kernels.cpp).
+  // Intermediates and inputs this segment reads last (deallocated or released right after it): a
+  // generated kernel may write an output of the same size and dtype into one's buffer when nothing
+  // else references it (runtime/segment_kernels.cpp).
   std::vector<const Val*> last_reads;
   std::string toString() const;
 };

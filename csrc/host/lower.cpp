@@ -299,11 +299,9 @@ std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, 
     std::sort(dead.begin(), dead.end(), [](TensorView* a, TensorView* b) { return a->name() < b->name(); });
     for (TensorView* tv : dead) with_frees.push_back({HostInstruction::Kind::Deallocate, -1, tv});
     if (insts[i].kind == HostInstruction::Kind::RunSegment) {
-      // Only intermediates: an input's buffer is the caller's even when released.
-      auto& last_reads = hp->segments()[insts[i].index].last_reads;
-      for (TensorView* tv : dead) {
-        if (!f.isInput(tv)) last_reads.push_back(tv);
-      }
+      // Inputs too: one the caller released (no reference but the program's) is as free as an
+      // intermediate; the kernels check the references before they write into a buffer.
+      hp->segments()[insts[i].index].last_reads.assign(dead.begin(), dead.end());
     }
   }
   insts = with_frees;

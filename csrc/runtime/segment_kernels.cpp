@@ -246,8 +246,9 @@ std::string SegmentKernels::planText(const std::string& indent) const {
 // read once, by the thread that then writes the same element of the output: pointwise and
 // reduction kernels (one pass over their inputs; normalization kernels may read a row twice) with
 // no layout op (a permute or slice reads other elements), an input of exactly the output's sizes,
-// dtype and contiguous layout, no other reader (not a fusion input or output, no later piece of the
-// segment, no other tensor on its storage, no reference but the runtime's own).
+// dtype and contiguous layout, no other reader (not a fusion output, no later piece of the segment, no
+// other tensor on its storage, no reference but the runtime's own: a fusion input only when the
+// caller released it).
 int64_t SegmentKernels::reusableInput(const Piece& p, const GeneratedKernel& k, size_t out,
                                       const std::vector<at::Tensor>& ins, const std::vector<bool>& taken) const {
   if (isDisabled(DisableOption::InplaceOutputs) || fusion_ == nullptr || segment_exprs_ == nullptr) return -1;
@@ -262,7 +263,9 @@ int64_t SegmentKernels::reusableInput(const Piece& p, const GeneratedKernel& k, 
   for (const Val* v : p.segment.inputs) {
     if (!v->isTensor()) continue;
     const size_t index = t++;
-    if (taken[index] || fusion_->isInput(v) || fusion_->isOutput(v)) continue;
+    // A fusion input qualifies only when the caller released it (execute(..., release_inputs=True)):
+    // otherwise the caller's reference fails the count below.
+    if (taken[index] || fusion_->isOutput(v)) continue;
     if (std::find(last_reads_.begin(), last_reads_.end(), v) == last_reads_.end()) continue;
     const at::Tensor& in = ins[index];
     // The runtime's value map and `ins` hold the only references; nothing else views the storage.

@@ -52,7 +52,7 @@ class SegmentKernels {
   // Runs the segment (`launch`: generated kernels on CUDA tensors; else every piece on ATen, as on
   // meta tensors, still planning the pieces). `label` names the segment in dumps. Kernels are
   // generated for `device`; a run for other limits than the plan's plans again.
-  // `last_reads`: the intermediates the segment reads last (a kernel may write into their buffers).
+  // `last_reads`: the tensors the segment reads last (a kernel may write into their buffers).
   void run(const std::vector<Expr*>& exprs, const Fusion& fusion, Values& values, const EvalFn& eval,
            const ScalarFn& scalar, bool launch, const std::string& label, const DeviceLimits& device,
            const std::vector<const Val*>& last_reads = {});

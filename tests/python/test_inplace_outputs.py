@@ -71,14 +71,45 @@ def test_dying_intermediate_buffer_takes_the_kernel_output(with_bias_gradient):
         torch.testing.assert_close(outs[1], outs_fresh[1], rtol=0, atol=0)
 
 
-def test_inputs_are_never_overwritten():
-    """A fusion input the kernel reads last is the caller's: the output takes a buffer of its own."""
+def _exp_times_two():
     with FusionDefinition() as fd:
         x = fd.define_tensor([ROWS, COLS], dtype=DataType.BFloat16)
         fd.add_output(fd.ops.mul(fd.ops.exp(x), 2.0))
+    return fd
+
+
+def test_inputs_the_caller_holds_are_never_overwritten():
+    """A fusion input the kernel reads last is the caller's: the output takes a buffer of its own."""
+    fd = _exp_times_two()
     x = torch.randn(ROWS, COLS, device="cuda").to(torch.bfloat16)
     keep = x.clone()
     (out,) = fd.execute([x])
     assert out.data_ptr() != x.data_ptr()
     torch.testing.assert_close(x, keep, rtol=0, atol=0)
     torch.testing.assert_close(out, (torch.exp(keep.float()) * 2).to(torch.bfloat16), rtol=1e-2, atol=1e-2)
+    # Handed over but still referenced by the caller: still not written.
+    inputs = [x]
+    (out,) = fd.execute(inputs, release_inputs=True)
+    assert out.data_ptr() != x.data_ptr()
+    torch.testing.assert_close(x, keep, rtol=0, atol=0)
+
+
+def test_a_released_input_buffer_takes_the_kernel_output():
+    """execute(..., release_inputs=True) with no other reference: the input is the program's, and the
+    kernel that reads it last writes its output there (a backward's saved pre-activation becomes
+    the activation recomputed from it)."""
+    fd = _exp_times_two()
+    x = torch.randn(ROWS, COLS, device="cuda").to(torch.bfloat16)
+    expected = (torch.exp(x.float()) * 2).to(torch.bfloat16)
+    fd.execute([x.clone()])  # plans and compiles
+    address = x.data_ptr()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    inputs = [x]
+    del x
+    (out,) = fd.execute(inputs, release_inputs=True)
+    torch.cuda.synchronize()
+    assert out.data_ptr() == address
+    assert torch.cuda.max_memory_allocated() - base < ROWS * COLS * 2, "the output took a buffer of its own"
+    torch.testing.assert_close(out, expected, rtol=1e-2, atol=1e-2)
