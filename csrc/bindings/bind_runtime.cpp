@@ -94,7 +94,18 @@ class FusionHandle {
       refuse(e.what());
       throw;
     }
-    if (release_inputs) args.attr("clear")();
+    if (release_inputs) {
+      // The program's own handle on each storage: once the caller's tensor goes (its Python object,
+      // and a view's base), the storage has no other reference and the program may free or reuse
+      // it; a tensor the caller still holds keeps it shared, which the kernels check.
+      for (RuntimeValue& rv : inputs) {
+        if (!rv.is_tensor || !rv.tensor.defined() || !rv.tensor.has_storage()) continue;
+        at::Tensor own = at::empty({0}, rv.tensor.options());
+        own.set_(rv.tensor.storage(), rv.tensor.storage_offset(), rv.tensor.sizes(), rv.tensor.strides());
+        rv.tensor = std::move(own);
+      }
+      args.attr("clear")();
+    }
     std::shared_ptr<FusionExecutor> used;
     std::vector<at::Tensor> outputs;
     {

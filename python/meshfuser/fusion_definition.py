@@ -517,11 +517,11 @@ class FusionDefinition:
         try:
             if type(inputs) is not list:
                 inputs = list(inputs)
-            for t in inputs:
-                if type(t) is not _Tensor and type(t).__name__ == "DTensor":
-                    outputs, shardings = execute_with_dtensors(self, inputs, release_inputs)
-                    return (outputs, shardings) if type(self).definition is not FusionDefinition.definition \
-                        else outputs
+            # (No loop variable left behind: it would keep an input that release_inputs hands over.)
+            if any(type(t) is not _Tensor and type(t).__name__ == "DTensor" for t in inputs):
+                outputs, shardings = execute_with_dtensors(self, inputs, release_inputs)
+                return (outputs, shardings) if type(self).definition is not FusionDefinition.definition \
+                    else outputs
         except Exception as e:
             # Failed before reaching the program: the other ranks are told through this call's
             # agreement (README "Reliability"), instead of waiting for this rank until the timeout.
