@@ -20,7 +20,11 @@
 //     (sinkUnsharedMoves: silu's derivative pulled toward the silu that reads the same gate).
 //   - then an expr that runs alone whose product no other such expr reads (a weight gradient's
 //     GEMM; not a communication) moves, with the views and work only it reads, to where its
-//     operands exist, or right after the first communication posted from there on (hoistTerminals).
+//     operands exist, or right after the first communication posted from there on that sends data
+//     (not on a mesh of one device) (hoistTerminals); several landing in one place run those that
+//     are the last readers of an operand first (it is freed before the others' outputs exist).
+//   Work that reads a saved input (a fusion input) moves to an earlier gap that reads the same input
+//   beside a GEMM's product (the activation recomputed for a weight gradient joins the GELU backward).
 //   Exprs in one gap keep their given relative order. The order depends on the fusion only (never on
 //   the rank), so every rank posts its communications in the same order.
 #include "host/segment_order.h"
@@ -136,6 +140,7 @@ struct Hoist {
   std::vector<size_t> cone;  // views and work only it reads, in the gap before it: they move with it
   int64_t slot;              // it runs before alone expr `slot` ...
   bool after_gap;            // ... after the exprs of gap `slot` (else right after alone expr slot - 1)
+  bool last_reader = false;  // it is the last to read something made before it (which then dies)
 };
 
 // A weight gradient's GEMM runs as soon as its operands exist, not where the fusion's output order
@@ -157,6 +162,12 @@ std::vector<Hoist> hoistTerminals(const std::vector<Expr*>& exprs, const std::ve
     if (alone_rank[i] >= 0) alone.push_back(exprs[i]);
   }
   auto communication = [](const Expr* e) { return isExchange(e->op()) || isResharding(e); };
+  // On a mesh of one device a communication sends nothing (a NoOp): nothing to overlap, and the
+  // GEMM is best right where its operands exist (its operands die sooner: a lower peak).
+  auto sends_data = [&](const Expr* e) {
+    const auto* out = e->outputs().empty() || !e->output(0)->isTensor() ? nullptr : static_cast<const TensorView*>(e->output(0));
+    return communication(e) && !(out != nullptr && out->hasMesh() && out->mesh().size() <= 1);
+  };
   std::vector<Hoist> hoists;
   std::vector<bool> in_cone(n, false);
   for (size_t t = 0; t < n; ++t) {
@@ -177,11 +188,15 @@ std::vector<Hoist> hoistTerminals(const std::vector<Expr*>& exprs, const std::ve
     auto later = [&](int64_t s, bool a) {
       if (s > slot || (s == slot && a && !after_gap)) slot = s, after_gap = a;
     };
+    bool last_reader = false;
     for (size_t i = 0; i <= t; ++i) {
       if (!mine[i]) continue;
       if (i != t) cone.push_back(i);
       for (size_t p : producers[i]) {
         if (mine[p]) continue;
+        bool only_mine = true;
+        for (size_t c : consumers[p]) only_mine = only_mine && mine[c];
+        last_reader = last_reader || only_mine;
         if (alone_rank[p] >= 0) {
           later(alone_rank[p] + 1, false);
         } else {
@@ -191,14 +206,18 @@ std::vector<Hoist> hoistTerminals(const std::vector<Expr*>& exprs, const std::ve
     }
     if (slot > rank || (slot == rank && after_gap)) continue;  // no earlier than where it stands
     for (int64_t k = slot; k < rank; ++k) {
-      if (communication(alone[static_cast<size_t>(k)])) {
+      if (sends_data(alone[static_cast<size_t>(k)])) {
         slot = k + 1, after_gap = false;
         break;
       }
     }
     for (size_t c : cone) in_cone[c] = true;
-    hoists.push_back({t, cone, slot, after_gap});
+    hoists.push_back({t, cone, slot, after_gap, last_reader});
   }
+  // Where several land in one place, those that free an operand run first (dW2 = dy^T gelu(pre)
+  // before dW1 = d_pre^T ln1, whose d_pre the dx GEMM still reads): the others' outputs are not
+  // allocated while the freed operand still lives.
+  std::stable_sort(hoists.begin(), hoists.end(), [](const Hoist& a, const Hoist& b) { return a.last_reader && !b.last_reader; });
   return hoists;
 }
 }  // namespace

@@ -115,6 +115,31 @@ CHECK-NEXT: deallocate [[A]]
 )CHECK");
 }
 
+// Two weight-gradient GEMMs whose operands exist at the same point: the one that is the last reader
+// of an operand (dW2 of gelu(pre)) runs first, so that operand is freed before dW1's output is
+// allocated; dW1's d_pre lives on for the dx GEMM either way.
+TEST(SegmentOrderTest, WeightGradientThatFreesAnOperandRunsFirst) {
+  auto f = std::make_unique<Fusion>();
+  TensorView* dy = defineTensor(*f, {4, 8}, DataType::Float);
+  TensorView* w2 = defineTensor(*f, {8, 6}, DataType::Float);
+  TensorView* pre = defineTensor(*f, {4, 6}, DataType::Float);
+  TensorView* w1 = defineTensor(*f, {6, 8}, DataType::Float);
+  TensorView* x = defineTensor(*f, {4, 8}, DataType::Float);
+  TensorView* d_act = matmul(dy, w2);
+  TensorView* dw2 = matmul(permute(dy, {1, 0}), unaryOp(OpType::Gelu, pre));
+  TensorView* d_pre = binaryOp(OpType::Mul, d_act, unaryOp(OpType::Sigmoid, pre));
+  f->addOutput(matmul(d_pre, w1));
+  f->addOutput(matmul(permute(d_pre, {1, 0}), x));  // dW1: first in the output order
+  f->addOutput(dw2);
+  expectHostProgram(std::move(f), R"CHECK(
+CHECK: run segment 1: {{.*}}[[D:T[0-9]+]] = mul({{.*}}[[A:T[0-9]+]] = gelu(T2)
+CHECK: run segment 2: {{T[0-9]+}} = matmul({{T[0-9]+}}, [[A]])
+CHECK-NEXT: deallocate [[A]]
+CHECK: run segment {{[0-9]+}}: {{T[0-9]+}} = matmul({{T[0-9]+}}, T4)
+CHECK: = matmul([[D]], T3)
+)CHECK");
+}
+
 // Work on inputs alone that feeds a later reduction is not hoisted into the first segment: it stays
 // with what reads it.
 TEST(SegmentOrderTest, WorkOnInputsStaysWithItsConsumers) {
