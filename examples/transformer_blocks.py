@@ -227,8 +227,9 @@ def _gather(fd, t, mesh):
 
 # ---- GPT block -------------------------------------------------------------------------------------
 
-def define_gpt_forward(fd, b, s, h, hd, dtype=DataType.Float, mesh=None, form="tp"):
-    """The GPT block forward in fd: inputs GPT_PARAMS, outputs the block output then GPT_SAVED.
+def define_gpt_forward(fd, b, s, h, hd, dtype=DataType.Float, mesh=None, form="tp", save=True):
+    """The GPT block forward in fd: inputs GPT_PARAMS, outputs the block output then (save=True, for
+    a training step's backward) GPT_SAVED.
     With a mesh, the activations between the parts carry the form's sharding (SP: ln0/ln1 gathered,
     the row-parallel results reduce-scattered on the sequence); without, only the inputs will."""
     e = h * hd
@@ -244,7 +245,7 @@ def define_gpt_forward(fd, b, s, h, hd, dtype=DataType.Float, mesh=None, form="t
     pre = fd.ops.linear(ln1, t["w1"], t["b1"])
     mlp = fd.ops.linear(fd.ops.gelu(pre), t["w2"], t["b2"])
     out = fd.ops.add(res0, mlp)
-    for tv in (out, ln0, *flat, attn_flat, lse, seed, offset, res0, ln1, pre):
+    for tv in (out, ln0, *flat, attn_flat, lse, seed, offset, res0, ln1, pre) if save else (out,):
         fd.add_output(tv)
     if mesh is not None:
         _annotate(t, mesh, _split_axes(GPT_SPLIT, form))
@@ -254,12 +255,13 @@ def define_gpt_forward(fd, b, s, h, hd, dtype=DataType.Float, mesh=None, form="t
     return t
 
 
-def gpt_forward_definition(b, s, h, hd, d, form, dtype=DataType.Float):
-    """A FusionDefinition of the GPT block forward on d ranks (h: all heads, hd: head size)."""
+def gpt_forward_definition(b, s, h, hd, d, form, dtype=DataType.Float, save=True):
+    """A FusionDefinition of the GPT block forward on d ranks (h: all heads, hd: head size);
+    save=False: the block output alone (inference)."""
     _check_form(form)
     fd = FusionDefinition()
     with fd:
-        define_gpt_forward(fd, b, s, h, hd, dtype, DeviceMesh(range(d)), form)
+        define_gpt_forward(fd, b, s, h, hd, dtype, DeviceMesh(range(d)), form, save)
     return fd
 
 

@@ -167,3 +167,16 @@ def test_fallback_dump_lists_only_gemms_attention_and_rope_cat(block):
     lines = [line for line in (run.stdout + run.stderr).splitlines() if "runs on the ATen evaluator" in line]
     ops = {re.search(r"= (\w+)\(", line).group(1) for line in lines}
     assert lines and ops <= {"matmul", "sdpfa_bwd"} | ({"cat"} if block == "llama" else set()), lines
+
+
+def test_gpt_forward_without_saving_outputs_the_block_output_alone():
+    """save=False (inference): one output, the training forward's first one, checked against PyTorch."""
+    e = H * HD
+    full = blocks.gpt_parameters(B, S, e, seed=3)
+    x = full.pop("x")
+    inputs = blocks.gpt_forward_inputs(x, full)
+    training = blocks.gpt_forward_definition(B, S, H, HD, 1, "tp").execute(inputs)
+    alone = blocks.gpt_forward_definition(B, S, H, HD, 1, "tp", save=False).execute(inputs)
+    assert len(alone) == 1 and len(training) == 1 + len(blocks.GPT_SAVED)
+    torch.testing.assert_close(alone[0], training[0], rtol=0, atol=0)
+    torch.testing.assert_close(alone[0], blocks.gpt_reference({"x": x, **full}, H), rtol=1e-4, atol=1e-4)
