@@ -111,6 +111,13 @@ class CompiledFunction:
     def __call__(self, *inputs):
         if len(inputs) == 1 and isinstance(inputs[0], (list, tuple)):
             inputs = tuple(inputs[0])
+        return self.run(list(inputs))
+
+    def run(self, inputs, release_inputs=False):
+        """Calls the function on the list `inputs`; release_inputs=True hands them over as
+        FusionDefinition.execute(release_inputs=True) does (the list is emptied, each tensor is
+        dropped after its last use). The expert-parallel path holds its inputs to the end."""
+        given = inputs
         inputs = list(inputs)
         _check_inputs(inputs, "meshfuser.dtensor.compile")
         inputs = _resolve_partials(inputs)
@@ -123,7 +130,9 @@ class CompiledFunction:
             fd = self._build(inputs, placements, expert_dim, local_inputs)
             self._cache[key] = fd
         if expert_dim is None:
-            outputs = fd.execute(inputs)
+            if release_inputs:
+                given.clear()
+            outputs = fd.execute(inputs, release_inputs=release_inputs)
         else:
             outputs = _execute_expert_parallel(fd, inputs, local_inputs, expert_dim, self._partial_outputs)
         return outputs[0] if len(outputs) == 1 else tuple(outputs)

@@ -60,7 +60,11 @@ def _function():
                 tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
                 ctx.tensor_input = [isinstance(t, torch.Tensor) for t in inputs]
                 ctx.scalars = [t for t in inputs if not isinstance(t, torch.Tensor)]
-                ctx.save_for_backward(*outputs[n:], *tensors)
+                # The saved activations are the backward's alone (never returned): held on ctx, not
+                # through save_for_backward, so the backward can hand them over to its program,
+                # which frees each after its last use (as a compiled backward frees what it read).
+                ctx.activations = list(outputs[n:])
+                ctx.save_for_backward(*tensors)
                 # A result the loss does not use gets a zero gradient made here, sharded like the
                 # result (autograd's own would be a plain tensor of the global shape on every rank).
                 ctx.set_materialize_grads(False)
@@ -70,12 +74,22 @@ def _function():
             @staticmethod
             def backward(ctx, *grads):
                 trainable = ctx.trainable
-                saved = ctx.saved_tensors
-                activations, tensors = saved[:ctx.num_saved], list(saved[ctx.num_saved:])
+                tensors = list(ctx.saved_tensors)
+                if ctx.activations is None:
+                    raise RuntimeError(
+                        f"{trainable.__name__}: backward through the graph a second time, after its saved "
+                        "activations were freed; pass retain_graph=True to the first backward")
+                # retain_graph=True keeps them for another backward; otherwise they are handed over.
+                keep = _keeps_graph()
+                activations = ctx.activations
+                if not keep:
+                    ctx.activations = None
                 scalars = list(ctx.scalars)
                 inputs = [tensors.pop(0) if is_tensor else scalars.pop(0) for is_tensor in ctx.tensor_input]
                 grads = [g if g is not None else zeros() for g, zeros in zip(grads, ctx.result_like)]
-                input_grads = list(_as_tuple(trainable.backward(*grads, *activations, *inputs)))
+                args = [*grads, *activations, *inputs]
+                del activations
+                input_grads = list(_as_tuple(trainable.backward.run(args, release_inputs=not keep)))
                 if len(input_grads) != len(inputs):
                     raise _C.ArgumentError(
                         f"{trainable.__name__}: the backward definition has {len(input_grads)} outputs; "
@@ -88,6 +102,14 @@ def _function():
 
 
 _Function = None
+
+
+def _keeps_graph():
+    """Whether the running backward was asked to keep the graph (retain_graph=True). Without the
+    query (older PyTorch) the graph is taken as kept: the activations are then not handed over."""
+    import torch
+    query = getattr(torch._C._autograd, "_get_current_graph_task_keep_graph", None)
+    return True if query is None else bool(query())
 
 
 def _zeros_recipe(result):

@@ -80,6 +80,47 @@ def test_gpt_block_forward_backward_from_dtensors(multidevice_test, form):
                                    msg=lambda m: f"grad of {n}: {m}")
 
 
+def _scale_by_saved(fd):
+    """y = x * 2, saving s = exp(x); the backward's dx = dy * s."""
+    x = fd.define_tensor([-1, -1])
+    fd.add_output(fd.ops.mul(x, 2.0))
+    fd.add_output(fd.ops.exp(x))
+
+
+def _scale_by_saved_backward(fd):
+    dy, saved, _x = (fd.define_tensor([-1, -1]) for _ in range(3))
+    fd.add_output(fd.ops.mul(dy, saved))
+
+
+def test_backward_hands_the_saved_activations_over(multidevice_test):
+    """Without retain_graph the saved activations are the backward program's: their DTensors are gone
+    before backward returns (the program frees each after its last use); with retain_graph=True they
+    stay for a second backward, and a second backward without it is an error, as in PyTorch."""
+    import weakref
+    from torch.distributed.tensor import Shard, distribute_tensor
+    d = multidevice_test.size
+    mesh = _torch_mesh(multidevice_test.device, d)
+    full = torch.randn(4, 2 * d, generator=torch.Generator().manual_seed(3))
+    x = distribute_tensor(full, mesh, [Shard(1)]).requires_grad_()
+    f = meshfuser.dtensor.compile(_scale_by_saved, backward=_scale_by_saved_backward)
+
+    freed, returned = [], [False]
+    out = f(x)
+    watch = [weakref.ref(a, lambda _: freed.append(returned[0])) for a in out.grad_fn.activations]
+    out.backward(torch.ones_like(out))
+    returned[0] = True
+    assert freed == [False], (freed, watch)
+    torch.testing.assert_close(x.grad.full_tensor().cpu(), torch.exp(full), **TOL)
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        out.backward(torch.ones_like(out))
+
+    x.grad = None
+    out = f(x)
+    out.backward(torch.ones_like(out), retain_graph=True)
+    out.backward(torch.ones_like(out))
+    torch.testing.assert_close(x.grad.full_tensor().cpu(), 2 * torch.exp(full), **TOL)
+
+
 def test_compile_backward_rejects_bad_num_outputs(multidevice_test):
     with pytest.raises(meshfuser.Error, match="num_outputs must be a positive int"):
         meshfuser.dtensor.compile(lambda fd: None, backward=lambda fd: None, num_outputs=0)
