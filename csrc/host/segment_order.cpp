@@ -24,7 +24,8 @@
 //     (not on a mesh of one device) (hoistTerminals); several landing in one place run those that
 //     are the last readers of an operand first (it is freed before the others' outputs exist).
 //   Work that reads a saved input (a fusion input) moves to an earlier gap that reads the same input
-//   beside a GEMM's product (the activation recomputed for a weight gradient joins the GELU backward).
+//   beside a GEMM's product (the activation recomputed for a weight gradient joins the GELU backward),
+//   and a view of fusion inputs alone moves with the work that reads it.
 //   Exprs in one gap keep their given relative order. The order depends on the fusion only (never on
 //   the rank), so every rank posts its communications in the same order.
 #include "host/segment_order.h"
@@ -79,11 +80,18 @@ void joinSiblings(const std::vector<Expr*>& exprs, const std::vector<std::vector
       if (fusion_input(v)) ++input_reads[gap[i]][v];
     }
   }
+  // A view of fusion inputs alone (a size-1 broadcast of a saved gate, as AOTAutograd's graphs
+  // have) costs nothing where it stands: it moves with the work that reads it instead of holding
+  // that work in its gap.
+  auto input_view = [&](size_t p) {
+    const OpInfo& info = opInfo(exprs[p]->op());
+    return alone_rank[p] < 0 && (info.kind == OpKind::Layout || info.aten_view) && producers[p].empty();
+  };
   for (size_t i = 0; i < n; ++i) {
     if (!moves(i)) continue;
     int64_t lo = earliest[i];
     for (size_t p : producers[i]) {
-      if (alone_rank[p] < 0) lo = std::max(lo, gap[p]);
+      if (alone_rank[p] < 0 && !input_view(p)) lo = std::max(lo, gap[p]);
     }
     for (int64_t g = lo; g < gap[i]; ++g) {
       bool shares = false;
@@ -106,6 +114,15 @@ void joinSiblings(const std::vector<Expr*>& exprs, const std::vector<std::vector
         ++counts[g][v];
       }
       gap[i] = g;
+      for (size_t p : producers[i]) {
+        if (!input_view(p) || gap[p] <= g) continue;
+        for (const Val* v : exprs[p]->inputs()) {
+          if (!fusion_input(v)) continue;
+          if (--input_reads[gap[p]][v] == 0) input_reads[gap[p]].erase(v);
+          ++input_reads[g][v];
+        }
+        gap[p] = g;
+      }
       break;
     }
   }

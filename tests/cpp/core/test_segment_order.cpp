@@ -140,6 +140,35 @@ CHECK: = matmul([[D]], T3)
 )CHECK");
 }
 
+// SwiGLU's backward as AOTAutograd writes it: the saved gate and up arrive 2-d and are broadcast
+// (views of fusion inputs) where each chain reads them. d_up's chain runs before dW_up's GEMM and
+// d_gate's after it; the views no longer hold d_gate's chain in its gap: both are one segment that
+// reads dy @ W_down and the gate once.
+TEST(SegmentOrderTest, ViewOfAnInputMovesWithTheWorkThatReadsIt) {
+  auto f = std::make_unique<Fusion>();
+  TensorView* dy = defineTensor(*f, {1, 4, 8}, DataType::Float);
+  TensorView* w_down = defineTensor(*f, {8, 6}, DataType::Float);
+  TensorView* gate = defineTensor(*f, {4, 6}, DataType::Float);
+  TensorView* up = defineTensor(*f, {4, 6}, DataType::Float);
+  TensorView* x = defineTensor(*f, {4, 8}, DataType::Float);
+  TensorView* w_up = defineTensor(*f, {6, 8}, DataType::Float);
+  TensorView* d_act = matmul(dy, w_down);
+  TensorView* gate3 = broadcastInDim(gate, {1, 4, 6}, {1, 2});
+  TensorView* d_up = binaryOp(OpType::Mul, d_act, unaryOp(OpType::Silu, gate3));
+  TensorView* dw_up = matmul(permute(squeeze(d_up, {0}), {1, 0}), x);
+  TensorView* up3 = broadcastInDim(up, {1, 4, 6}, {1, 2});
+  TensorView* d_gate = binaryOp(OpType::Mul, binaryOp(OpType::Mul, d_act, up3), unaryOp(OpType::Sigmoid, gate3));
+  f->addOutput(dw_up);
+  f->addOutput(matmul(permute(squeeze(d_gate, {0}), {1, 0}), x));
+  f->addOutput(binaryOp(OpType::Add, matmul(d_up, w_up), matmul(d_gate, w_up)));
+  expectHostProgram(std::move(f), R"CHECK(
+CHECK: run segment 0: {{T[0-9]+}} = matmul(T0, T1)
+CHECK: run segment 1: {{.*}}silu({{.*}}broadcast_in_dim(T3{{.*}}sigmoid(
+CHECK-NOT: sigmoid(
+CHECK: outputs:
+)CHECK");
+}
+
 // Work on inputs alone that feeds a later reduction is not hoisted into the first segment: it stays
 // with what reads it.
 TEST(SegmentOrderTest, WorkOnInputsStaysWithItsConsumers) {
