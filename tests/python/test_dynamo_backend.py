@@ -217,6 +217,22 @@ def test_views_saved_for_backward_stay_views():
         assert copied_outputs(forward.programs[0]) == []
 
 
+def test_weight_gradients_come_out_in_the_parameters_layout():
+    """AOTAutograd writes a linear's weight gradient as t(mm(t(x), dy)); the backend computes dy^T @ x
+    instead (transposed operands are GEMM flags), so no transposed product leaves the backward for
+    autograd to copy into the parameter's [out, in] layout."""
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(16, 32, bias=False), torch.nn.SiLU(), torch.nn.Linear(32, 16))
+    x = torch.randn(2, 4, 16)
+    reports = run_both(mlp, x)
+    backward = next(r for r in reports if r.title == "backward")
+    assert not backward.eager
+    assert [op for _n, op, _r in backward.views if op.startswith(("t", "transpose", "permute"))] == [], backward.views
+    for p in backward.programs:
+        outputs = p.fd.host_program().split("outputs:")[1]
+        assert "permute" not in outputs
+
+
 def test_partition_report_is_readable():
     report = dynamo_partition.Report("forward")
     report.partitions.append(("forward.fused_0", {"add.Tensor": 2, "linear": 1}))

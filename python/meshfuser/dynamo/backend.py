@@ -13,7 +13,7 @@ from torch._functorch.partitioners import default_partition, min_cut_remateriali
 from .. import _C
 from .attention import flash_first, prepare_attention
 from .attention_masks import attention_as_meant
-from .graph_rewrites import decompositions, use_linear
+from .graph_rewrites import decompositions, transpose_products, use_linear
 from .partition import partition
 from .sink_permutes import sink_permutes
 
@@ -22,7 +22,7 @@ def _compiler(kind, counter):
     def compile_graph(gm, example_inputs):
         counter[kind] = counter.get(kind, 0) + 1
         title = kind if counter[kind] == 1 else f"{kind}{counter[kind]}"
-        gm = sink_permutes(use_linear(prepare_attention(gm)))
+        gm = sink_permutes(transpose_products(use_linear(prepare_attention(gm))))
         gm, _report = partition(gm, title)
         return make_boxed_func(gm.forward)
     return compile_graph

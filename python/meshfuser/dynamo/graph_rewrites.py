@@ -13,7 +13,7 @@ def _is_transpose_2d(node):
     if not isinstance(node, fx.Node) or node.op != "call_function":
         return False
     val = node.meta.get("val")
-    if val is None or val.dim() != 2:
+    if not hasattr(val, "dim") or val.dim() != 2:  # none, or a multi-output node's tuple
         return False
     return node.target is aten.t.default or (node.target is aten.permute.default and list(node.args[1]) in ([1, 0],
                                                                                                              [-1, 0]))
@@ -53,6 +53,46 @@ def use_linear(gm: fx.GraphModule):
     graph.eliminate_dead_code()
     gm.recompile()
     return gm
+
+
+def transpose_products(gm: fx.GraphModule):
+    """t(mm(a, b)) -> mm(t(b), t(a)) (transposes of transposes cancel): the product in the layout
+    its reader wants, at no cost (a transposed operand is a GEMM layout flag). A linear's weight
+    gradient comes out of AOTAutograd as t(mm(t(x), dy)), a transposed [in, out] product; autograd
+    then copied each into the parameter's [out, in] layout (a strided ATen copy of every weight
+    gradient, 0.19 ms per HF Llama layer step on an H100). Now dy^T @ x is [out, in] as written."""
+    graph = gm.graph
+    changed = False
+    for node in list(graph.nodes):
+        if not _is_transpose_2d(node):
+            continue
+        product = node.args[0]
+        if not (isinstance(product, fx.Node) and product.op == "call_function" and product.target is aten.mm.default
+                and len(product.users) == 1 and product.meta.get("val") is not None):
+            continue
+        a, b = product.args
+        with graph.inserting_before(node):
+            operands = [_transposed(graph, x) for x in (b, a)]
+            new = graph.call_function(aten.mm.default, tuple(operands))
+        new.meta = dict(node.meta)
+        new.meta["val"] = aten.mm.default(*(x.meta["val"] for x in operands))
+        node.replace_all_uses_with(new)
+        graph.erase_node(node)
+        graph.erase_node(product)
+        changed = True
+    if changed:
+        graph.eliminate_dead_code()
+        gm.recompile()
+    return gm
+
+
+def _transposed(graph, x):
+    """t(x) as a node: the source of a 2-d transpose, else a new transpose of x."""
+    if _is_transpose_2d(x):
+        return x.args[0]
+    t = graph.call_function(aten.t.default, (x,))
+    t.meta = {"val": x.meta["val"].t()}
+    return t
 
 
 _VIEWS = (aten.view.default, aten._unsafe_view.default, aten.reshape.default)
