@@ -32,7 +32,7 @@ from ..dtensor import _schedule_input
 from ..mesh import DeviceMesh
 from .aten_ops import TABLE
 from .attention import flash_first, prepare_attention
-from .graph_rewrites import decompositions as _decompositions, use_linear
+from .graph_rewrites import decompositions as _decompositions, transpose_products, use_linear
 from . import local_regions
 from .importer import node_val
 from .partition import partition
@@ -308,7 +308,7 @@ class GlobalProgram:
 
 
 def _prepare(gm):
-    return use_linear(prepare_attention(gm))
+    return transpose_products(use_linear(prepare_attention(gm)))
 
 
 def fake_tensor_mode_of(fakes):
