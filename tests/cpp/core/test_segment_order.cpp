@@ -19,6 +19,17 @@ void expectHostProgram(std::unique_ptr<Fusion> f, const std::string& checks) {
   EXPECT_TRUE(r.ok) << r.message << "\n" << text;
 }
 
+// The inputs of an MLP's GELU backward: dy [4, 8], W2 [8, 6], the saved pre-activation [4, 6], W1
+// [6, 8] and the MLP's input x [4, 8].
+struct MlpBackwardInputs {
+  TensorView *dy, *w2, *pre, *w1, *x;
+};
+MlpBackwardInputs mlpBackwardInputs(Fusion& f) {
+  return {defineTensor(f, {4, 8}, DataType::Float), defineTensor(f, {8, 6}, DataType::Float),
+          defineTensor(f, {4, 6}, DataType::Float), defineTensor(f, {6, 8}, DataType::Float),
+          defineTensor(f, {4, 8}, DataType::Float)};
+}
+
 // SwiGLU as written: silu(gate) is defined before the up projection, mul after it.
 TEST(SegmentOrderTest, PointwiseSplitByAnIndependentGemmIsOneSegment) {
   auto f = std::make_unique<Fusion>();
@@ -66,11 +77,7 @@ CHECK: outputs:
 // backward instead of being held to its end (it was a block backward's peak).
 TEST(SegmentOrderTest, WeightGradientGemmRunsAsSoonAsItsOperandsExist) {
   auto f = std::make_unique<Fusion>();
-  TensorView* dy = defineTensor(*f, {4, 8}, DataType::Float);
-  TensorView* w2 = defineTensor(*f, {8, 6}, DataType::Float);
-  TensorView* pre = defineTensor(*f, {4, 6}, DataType::Float);
-  TensorView* w1 = defineTensor(*f, {6, 8}, DataType::Float);
-  TensorView* x = defineTensor(*f, {4, 8}, DataType::Float);
+  auto [dy, w2, pre, w1, x] = mlpBackwardInputs(*f);
   TensorView* w3 = defineTensor(*f, {8, 8}, DataType::Float);
   TensorView* d_pre = binaryOp(OpType::Mul, matmul(dy, w2), unaryOp(OpType::Sigmoid, pre));
   TensorView* dx = matmul(d_pre, w1);
@@ -94,10 +101,8 @@ CHECK: outputs:
 // held longer than `pre` was.
 TEST(SegmentOrderTest, RecomputedActivationJoinsTheKernelReadingTheSameSavedInput) {
   auto f = std::make_unique<Fusion>();
-  TensorView* dy = defineTensor(*f, {4, 8}, DataType::Float);
-  TensorView* w2 = defineTensor(*f, {8, 6}, DataType::Float);
-  TensorView* pre = defineTensor(*f, {4, 6}, DataType::Float);
-  TensorView* w1 = defineTensor(*f, {6, 8}, DataType::Float);
+  auto [dy, w2, pre, w1, x] = mlpBackwardInputs(*f);
+  (void)x;
   TensorView* d_act = matmul(dy, w2);  // as linear_backward writes it: dx's GEMM, then dW's
   TensorView* act = unaryOp(OpType::Gelu, pre);
   TensorView* dw2 = matmul(permute(dy, {1, 0}), act);
@@ -120,11 +125,7 @@ CHECK-NEXT: deallocate [[A]]
 // allocated; dW1's d_pre lives on for the dx GEMM either way.
 TEST(SegmentOrderTest, WeightGradientThatFreesAnOperandRunsFirst) {
   auto f = std::make_unique<Fusion>();
-  TensorView* dy = defineTensor(*f, {4, 8}, DataType::Float);
-  TensorView* w2 = defineTensor(*f, {8, 6}, DataType::Float);
-  TensorView* pre = defineTensor(*f, {4, 6}, DataType::Float);
-  TensorView* w1 = defineTensor(*f, {6, 8}, DataType::Float);
-  TensorView* x = defineTensor(*f, {4, 8}, DataType::Float);
+  auto [dy, w2, pre, w1, x] = mlpBackwardInputs(*f);
   TensorView* d_act = matmul(dy, w2);
   TensorView* dw2 = matmul(permute(dy, {1, 0}), unaryOp(OpType::Gelu, pre));
   TensorView* d_pre = binaryOp(OpType::Mul, d_act, unaryOp(OpType::Sigmoid, pre));
