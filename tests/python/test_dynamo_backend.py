@@ -318,3 +318,26 @@ def test_unknown_option_is_an_error():
     # torch.compile wraps the backend's error (BackendCompilerFailed) and names its type.
     assert "ArgumentError: torch.compile(backend='meshfuser', options=...): unknown option(s) ['recompte']; " \
         "the backend takes ['recompute']" in str(info.value)
+
+
+def test_outputs_keep_eager_layout_without_copies():
+    """Attention's output comes out [b, s, h, d]-major (the layout of q, read in place), as eager's
+    does; the backend returns and saves it so, where a fusion output had been made contiguous (a
+    copy of the output and of the activation saved for the backward, and a copy of its gradient)."""
+    from torch.profiler import ProfilerActivity, profile
+    import torch.nn.functional as F
+
+    def attend(q, k, v):
+        return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 16, 4, 8, requires_grad=True) for _ in range(3))
+    expected = attend(q, k, v)
+    compiled = torch.compile(attend, backend="meshfuser")
+    compiled(q, k, v).sum().backward()  # compiles forward and backward
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        out = compiled(q, k, v)
+    assert out.stride() == expected.stride()
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    copies = [e.name for e in prof.events() if e.name in ("aten::copy_", "aten::contiguous")]
+    assert copies == [], copies
