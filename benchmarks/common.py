@@ -59,6 +59,31 @@ def time_ms(fn, warmup=5, iters=20, sync=None, batch=5):
     return statistics.median(samples)
 
 
+def time_interleaved_ms(fns, warmup=3, iters=10, batch=1):
+    """{name: median milliseconds per call} for several implementations of one computation, their
+    samples taken in turns (each round starting at the next one), so that a drift of the GPU's clocks
+    or temperature over the run falls on all of them alike rather than on whichever ran last."""
+    names = list(fns)
+    if not (torch.cuda.is_available() and names):
+        return {n: time_ms(fns[n], warmup=warmup, iters=iters, batch=batch) for n in names}
+    for n in names:
+        for _ in range(warmup):
+            fns[n]()
+    torch.cuda.synchronize()
+    samples = {n: [] for n in names}
+    for i in range(iters):
+        for j in range(len(names)):
+            n = names[(i + j) % len(names)]
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(batch):
+                fns[n]()
+            end.record()
+            torch.cuda.synchronize()
+            samples[n].append(start.elapsed_time(end) / batch)
+    return {n: statistics.median(v) for n, v in samples.items()}
+
+
 def host_ms(fn, iters=5):
     """Host milliseconds per call of fn() (the time to issue its work, not to run it): calls issued
     back to back after a synchronization, timed on the CPU. Where it exceeds the device time per

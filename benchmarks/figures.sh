@@ -22,7 +22,7 @@ step() {  # name, command...: runs it into $out/name.log, prints its tables
 }
 step tests timeout 300 python -m pytest tests/python/test_codegen_gpu.py tests/python/test_codegen_resize.py \
   tests/python/test_attention.py tests/python/test_block_kernels.py tests/python/test_row_gather.py\
-  tests/python/test_outer_reduction_split.py tests/python/test_inplace_outputs.py tests/python/test_release_inputs.py -q -p no:cacheprovider --timeout 120 -rf
+  tests/python/test_outer_reduction_split.py tests/python/test_inplace_outputs.py tests/python/test_release_inputs.py tests/python/test_gemm_accumulate.py -q -p no:cacheprovider --timeout 120 -rf
 step tests1 timeout 300 python -m torch.distributed.run --nproc_per_node=1 --standalone -m pytest -q -p no:cacheprovider \
   --timeout 200 tests/python/multidevice/test_gpt_block_training.py tests/python/multidevice/test_llama_block_training.py \
   tests/python/multidevice/test_moe_expert_parallel.py tests/python/multidevice/test_moe_layer.py -rf

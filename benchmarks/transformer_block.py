@@ -25,7 +25,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 import meshfuser
-from common import host_ms, print_table, rank_setup, time_ms, training_step, write_json
+from common import host_ms, print_table, rank_setup, time_interleaved_ms, training_step, write_json
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples"))
 import transformer_blocks as blocks  # noqa: E402
@@ -266,14 +266,22 @@ def main():
     tol = 0.1 if dtype == torch.bfloat16 else 1e-3
     assert err < tol * max(1.0, ref.float().abs().max().item()), f"meshfuser forward differs from eager by {err}"
 
-    def measure(name, fwd_fn, step_fn):
-        row = {"impl": name}
+    impls = {"meshfuser": (mf_forward, None if bwd is None else mf_step),
+             "eager": (eager, None if args.no_backward else step(eager))}
+    if compiled is not None:
+        impls["torch.compile"] = (compiled, None if args.no_backward else step(compiled))
+    # Times in turns (time_interleaved_ms): the implementations share the GPU's state over the run.
+    with torch.no_grad():
+        fwd_ms = time_interleaved_ms({n: f for n, (f, _) in impls.items()}, warmup=3, iters=args.iters)
+    step_ms = time_interleaved_ms({n: st for n, (_, st) in impls.items() if st is not None}, warmup=3,
+                                  iters=args.iters)
+    for name, (fwd_fn, step_fn) in impls.items():
+        row = {"impl": name, "fwd_ms": fwd_ms[name]}
         with torch.no_grad():
-            row["fwd_ms"] = time_ms(fwd_fn, warmup=3, iters=args.iters, batch=1)
             row["fwd_peak_gib"] = peak_gib(fwd_fn)
             row["fwd_host_ms"] = host_ms(fwd_fn)
         if step_fn is not None:
-            row["fwd_bwd_ms"] = time_ms(step_fn, warmup=3, iters=args.iters, batch=1)
+            row["fwd_bwd_ms"] = step_ms[name]
             row["fwd_bwd_peak_gib"] = peak_gib(step_fn)
             row["fwd_bwd_host_ms"] = host_ms(step_fn)
         row["fwd_tflops"] = flops / d / (row["fwd_ms"] * 1e-3) / 1e12
@@ -281,10 +289,6 @@ def main():
             row["fwd_bwd_tflops"] = 3 * flops / d / (row["fwd_bwd_ms"] * 1e-3) / 1e12
         rows.append(row)
 
-    measure("meshfuser", mf_forward, None if bwd is None else mf_step)
-    measure("eager", eager, None if args.no_backward else step(eager))
-    if compiled is not None:
-        measure("torch.compile", compiled, None if args.no_backward else step(compiled))
     base = {r["impl"]: r for r in rows}
     for r in rows:
         for key in ("fwd_ms", "fwd_bwd_ms"):
@@ -296,9 +300,6 @@ def main():
         print("--breakdown reads the GPU's kernel timeline: skipped on CPU")
     if args.breakdown and cuda:
         from kernel_breakdown import breakdowns_in_both_orders, print_breakdown
-        impls = {"meshfuser": (mf_forward, mf_step), "eager": (eager, step(eager))}
-        if compiled is not None:
-            impls["torch.compile"] = (compiled, step(compiled))
         with torch.no_grad():
             fwd_parts = breakdowns_in_both_orders({name: f for name, (f, _) in impls.items()})
         step_parts = {} if args.no_backward else breakdowns_in_both_orders({name: st for name, (_, st) in impls.items()})

@@ -70,6 +70,9 @@ struct Segment {
   // generated kernel may write an output of the same size and dtype into one's buffer when nothing
   // else references it (runtime/segment_kernels.cpp).
   std::vector<const Val*> last_reads;
+  // exprs are {g = gemm(a, b), s = add(partial, g)}: run as partial += a @ b in the partial's buffer
+  // (cuBLAS beta = 1) where nothing else holds it (host/gemm_accumulate.cpp).
+  bool gemm_accumulate = false;
   std::string toString() const;
 };
 

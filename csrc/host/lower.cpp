@@ -4,12 +4,14 @@
 // Guarantees: compute exprs are grouped into segments in the order of host/segment_order.cpp; each resharding expr
 //   becomes one Communication chosen by the table of docs/design.md section 6, with its team taken from
 //   the mesh slice along the parallel type that changes; a Wait sits right before the first use of
-//   a communication's output (right after the post for a NoOp); a Deallocate follows each intermediate's last use. Exprs whose
-//   output mesh excludes this rank are dropped.
+//   a communication's output (right after the post for a NoOp); a GEMM's output added to a partial sum is
+//   accumulated by the GEMM where nothing else reads either (host/gemm_accumulate.cpp); a Deallocate follows each
+//   intermediate's last use. Exprs whose output mesh excludes this rank are dropped.
 #include <algorithm>
 #include <map>
 #include <set>
 
+#include "host/gemm_accumulate.h"
 #include "host/host_program.h"
 #include "host/segment_order.h"
 #include "ir/domain_map.h"
@@ -268,6 +270,7 @@ std::unique_ptr<HostProgram> lowerToHostProgram(std::unique_ptr<Fusion> fusion, 
   std::sort(remaining.begin(), remaining.end(), [&](Val* a, Val* b) { return pending[a] < pending[b]; });
   wait_for(remaining);
 
+  foldSumsIntoGemms(*hp);
   // Deallocate intermediates after their last use, and drop the program's reference to each tensor
   // input after its last use: with execute(..., release_inputs=True) the caller gave up its own,
   // so a backward's saved activations are freed as the backward consumes them.

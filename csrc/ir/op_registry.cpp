@@ -141,6 +141,7 @@ std::vector<OpInfo> buildTable() {
 
   // Binary.
   t.push_back(binary(OpType::Add, "add", D::Promote, "aten::add.Tensor", "{0} + {1}"));
+  t.back().is_sum = true;
   t.back().on_scalars = [](double a, double b) { return a + b; };
   t.push_back(binary(OpType::Sub, "sub", D::Promote, "aten::sub.Tensor", "{0} - {1}"));
   t.back().on_scalars = [](double a, double b) { return a - b; };
@@ -266,6 +267,7 @@ std::vector<OpInfo> buildTable() {
   matmul.propagation_order = {1, 0};
   matmul.aten = "aten::matmul";
   matmul.no_cuda = "runs on cuBLAS through ATen, not in a generated kernel";
+  matmul.gemm_accumulates = true;
   t.push_back(matmul);
   OpInfo linear = base(OpType::Linear, "linear", OpKind::Contraction, 2, 3, D::SameAsInput, &mapLinear);
   linear.build = &builders::linear;
@@ -274,6 +276,8 @@ std::vector<OpInfo> buildTable() {
   linear.aten = "aten::linear";
   linear.aten_args = AtenArgs::FoldedWeight;
   linear.no_cuda = matmul.no_cuda;
+  linear.gemm_accumulates = true;
+  linear.second_operand_transposed = true;
   t.push_back(linear);
 
   // Attention: PyTorch's fused kernels through ATen, in a segment of their own. Batch and head

@@ -214,6 +214,14 @@ struct OpInfo {
   const char* cuda_nonpositive = nullptr;
   // Sub: the result is {0} - {1} (<= 0 where {1} bounds {0} above).
   bool is_difference = false;
+  // Add: the result is {0} + {1}, so a contraction's output added to a partial sum can be
+  // accumulated into it by the GEMM (host/gemm_accumulate.cpp).
+  bool is_sum = false;
+  // Contractions cuBLAS can add into an existing tensor (beta = 1) without a bias operand:
+  // partial += a @ b replaces a GEMM and a separate add kernel (host/gemm_accumulate.cpp).
+  bool gemm_accumulates = false;
+  // The contraction multiplies by its second operand transposed (linear: x @ w^T).
+  bool second_operand_transposed = false;
   // Max: a reduction whose result is at least every element it reduces.
   bool bounds_above = false;
   // Reductions: the accumulator's initial value and how two partial values combine.

@@ -16,6 +16,7 @@
 #include "runtime/attention_choice.h"
 #include "runtime/call_checks.h"
 #include "runtime/cuda_kernel.h"
+#include "runtime/gemm_accumulate.h"
 #include "runtime/profiler.h"
 #include "runtime/trace_range.h"
 #include "support/error.h"
@@ -486,6 +487,13 @@ void FusionExecutor::runSegment(int64_t index, std::unordered_map<const Val*, at
     evaluateExprs(exprs, vals, scalars, bindings, EvalContext{program_->rank(), eval_device_});
   };
   const std::vector<Expr*>& exprs = program_->segments()[index].exprs;
+  if (program_->segments()[index].gemm_accumulate) {
+    // The option is read again here: a program lowered before it was set keeps its segments.
+    const bool in_place = !isDisabled(DisableOption::GemmAccumulate) && accumulateIntoPartial(exprs, values);
+    accumulated_in_place_[index] = in_place;
+    if (!in_place) eval(exprs, values);
+    return;
+  }
   if (!allow_kernels) {
     eval(exprs, values);
     return;
@@ -518,6 +526,11 @@ std::vector<std::string> FusionExecutor::generatedKernels(const std::vector<Runt
     if (inst.kind == HostInstruction::Kind::RunSegment) {
       // Plans the pieces on the first call of the class, later finds each piece's kernel for these
       // extents; every piece is evaluated with ATen on the meta values.
+      if (program_->segments()[inst.index].gemm_accumulate) {  // cuBLAS: no generated kernel
+        evaluateExprs(program_->segments()[inst.index].exprs, values, scalars, bindings,
+                      EvalContext{program_->rank(), eval_device_});
+        continue;
+      }
       SegmentKernels& sk = kernels_[inst.index];
       sk.run(program_->segments()[inst.index].exprs, f, values,
              [&](const std::vector<Expr*>& exprs, std::unordered_map<const Val*, at::Tensor>& vals) {

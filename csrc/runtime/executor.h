@@ -96,6 +96,8 @@ class FusionExecutor {
   Communicator* comm_;
   std::unique_ptr<HostProgram> program_;
   std::vector<SegmentKernels> kernels_;  // per compute segment: its generated kernels
+  // Per gemm_accumulate segment: whether the last run added into the partial in place.
+  std::unordered_map<int64_t, bool> accumulated_in_place_;
   // Local reshuffles that finish a communication once its data arrived (run at its Wait).
   std::unordered_map<const Val*, std::function<at::Tensor()>> pending_finish_;
   bool multi_rank_ = false;

@@ -1,6 +1,8 @@
 // What the executor planned and ran, as text and figures: the host program of the last call with
 // its schedulers, bytes, data-dependent extents, segmentation and attention kernels
 // (FusionDefinition.host_program(), the profiler, the benchmarks).
+#include <algorithm>
+
 #include "host/communication_bytes.h"
 #include "multidevice/communicator.h"
 #include "runtime/attention_choice.h"
@@ -11,6 +13,8 @@ namespace mf {
 
 std::string FusionExecutor::schedulerOf(int64_t segment) const {
   size_t i = static_cast<size_t>(segment);
+  auto accumulated = accumulated_in_place_.find(segment);
+  if (accumulated != accumulated_in_place_.end()) return accumulated->second ? "gemm_accumulate" : "expr_eval";
   if (i >= kernels_.size() || kernels_[i].lastSchedulers().empty()) return "expr_eval";
   std::string names;
   for (const std::string& n : kernels_[i].lastSchedulers()) names += (names.empty() ? "" : "+") + n;
@@ -72,8 +76,18 @@ std::string FusionExecutor::attentionKernelsText() const {
 
 std::string FusionExecutor::segmentationText() const {
   std::string text;
-  for (size_t i = 0; i < kernels_.size(); ++i) {
-    if (!kernels_[i].planned()) continue;
+  // Only after a GPU plan was made (a CUDA run or cuda_kernels): that is what this text describes.
+  if (std::none_of(kernels_.begin(), kernels_.end(), [](const SegmentKernels& k) { return k.planned(); })) return text;
+  for (size_t i = 0; i < program_->segments().size(); ++i) {
+    const Segment& segment = program_->segments()[i];
+    if (segment.gemm_accumulate) {  // one piece: cuBLAS adding into the partial
+      std::string ops;
+      for (const Expr* e : segment.exprs) ops += std::string(ops.empty() ? "" : ", ") + opInfo(e->op()).name;
+      text += "  segment " + std::to_string(i) + ":\n    piece 0 [" + ops +
+              "]: ATen (one GEMM adding into the partial sum's buffer, cuBLAS beta = 1)\n";
+      continue;
+    }
+    if (i >= kernels_.size() || !kernels_[i].planned()) continue;
     text += "  segment " + std::to_string(i) + ":\n" + kernels_[i].planText("    ");
   }
   return text.empty() ? text : "Segmentation (planned once per shape class) {\n" + text + "}\n";

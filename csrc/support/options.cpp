@@ -14,7 +14,7 @@ constexpr std::array<const char*, static_cast<size_t>(DumpOption::kCount)> kDump
     "fusion_ir", "pass_ir", "host_program", "cuda_kernel", "fallback", "communication", "recompile",
     "partitions", "heuristics"};  // partitions: read by the torch.compile backend (python/meshfuser/dynamo)
 constexpr std::array<const char*, static_cast<size_t>(DisableOption::kCount)> kDisableNames = {
-    "codegen", "collective_validation", "inplace_outputs"};
+    "codegen", "collective_validation", "inplace_outputs", "gemm_accumulate"};
 
 template <size_t N>
 std::array<bool, N> parse(const char* env_name, const std::array<const char*, N>& names) {

@@ -12,7 +12,7 @@ namespace mf {
 enum class DumpOption {
   FusionIr, PassIr, HostProgram, CudaKernel, Fallback, Communication, Recompile, Partitions, Heuristics, kCount
 };
-enum class DisableOption { Codegen, CollectiveValidation, InplaceOutputs, kCount };
+enum class DisableOption { Codegen, CollectiveValidation, InplaceOutputs, GemmAccumulate, kCount };
 
 bool isDumpEnabled(DumpOption opt);
 bool isDisabled(DisableOption opt);

@@ -48,7 +48,9 @@ def _llama():
     return inputs, lambda dtype: blocks.llama_backward_definition(B, S, H, HD, FFN, 1, "tp", dtype, KV_HEADS)
 
 
-BLOCKS = {"gpt": (_gpt, 12, 0), "llama": (_llama, 14, 2)}  # GEMMs: two per linear; RoPE'd tensors
+# GEMMs (two per linear), RoPE'd tensors, sums of input-gradient partials that GEMMs accumulate
+# (GPT: q + k + v; Llama: gate + up, q + k + v)
+BLOCKS = {"gpt": (_gpt, 12, 0, 2), "llama": (_llama, 14, 2, 3)}
 
 
 def _gpu_plan(backward, inputs, lse):
@@ -62,16 +64,21 @@ def _gpu_plan(backward, inputs, lse):
 
 @pytest.mark.parametrize("block", sorted(BLOCKS))
 def test_backward_plan_has_no_copies(block):
-    make, linears_gemms, rotated = BLOCKS[block]
+    make, linears_gemms, rotated, accumulating_sums = BLOCKS[block]
     inputs, definition = make()
     saved = blocks.GPT_SAVED if block == "gpt" else blocks.LLAMA_SAVED
     plan = _gpu_plan(definition(DataType.BFloat16), inputs, 1 + saved.index("lse"))
     aten = [(ops, why) for ops, runs_on, why in plan if runs_on == "ATen"]
-    gemms = [ops for ops, _ in aten if ops == ["matmul"]]
+    # A GEMM adding into the partial sum of input gradients (host/gemm_accumulate.cpp) is one piece.
+    gemm_pieces = (["matmul"], ["matmul", "add"])
+    gemms = [ops for ops, _ in aten if ops in gemm_pieces]
+    accumulating = [ops for ops, _ in aten if ops == ["matmul", "add"]]
     attention = [ops for ops, _ in aten if ops == ["sdpfa_bwd"]]
     views = [ops for ops, why in aten if why.startswith("(only views")]
     assert len(gemms) == linears_gemms and len(attention) == 1, plan
-    rest = [(ops, why) for ops, why in aten if ops not in (["matmul"], ["sdpfa_bwd"]) and not why.startswith("(only views")]
+    assert len(accumulating) == accumulating_sums, plan
+    rest = [(ops, why) for ops, why in aten
+            if ops not in (*gemm_pieces, ["sdpfa_bwd"]) and not why.startswith("(only views")]
     # RoPE's rotate_half transpose concatenates the halves: one cat per rotated tensor (q, k) until
     # cat runs inside the generated kernels; nothing else leaves them.
     assert all(ops == ["cat"] for ops, _ in rest) and len(rest) <= rotated, rest
