@@ -277,6 +277,10 @@ def main():
                                   iters=args.iters)
     for name, (fwd_fn, step_fn) in impls.items():
         row = {"impl": name, "fwd_ms": fwd_ms[name]}
+        # Peaks are absolute (parameters and inputs included): the gradients autograd left from the
+        # timed steps go first, so that each implementation starts from the same memory.
+        for t in [x_req, *params.values()]:
+            t.grad = None
         with torch.no_grad():
             row["fwd_peak_gib"] = peak_gib(fwd_fn)
             row["fwd_host_ms"] = host_ms(fwd_fn)
