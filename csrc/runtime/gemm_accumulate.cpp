@@ -1,6 +1,7 @@
 #include "runtime/gemm_accumulate.h"
 
 #include "ir/op_registry.h"
+#include "runtime/buffer_ownership.h"
 #include "support/error.h"
 
 namespace mf {
@@ -31,11 +32,9 @@ bool accumulateIntoPartial(const std::vector<Expr*>& exprs, std::unordered_map<c
       partial.scalar_type() != a.scalar_type() || b.scalar_type() != a.scalar_type()) {
     return false;
   }
-  // Only the runtime's value map references the partial, and nothing views its storage but the
-  // partial itself and the base it views (held by it alone): writing into it changes no value anyone
+  // Only the runtime's value map references the partial: writing into it changes no value anyone
   // else can see (the fold made sure no later expr reads it).
-  const bool sole_view = partial.is_view() && partial._base().use_count() == 1 && partial.storage().use_count() == 2;
-  if (partial.use_count() != 1 || (partial.storage().use_count() != 1 && !sole_view)) return false;
+  if (!ownsItsBuffer(partial, 1)) return false;
   at::Tensor rows = partial.view({-1, b.size(1)});
   rows.addmm_(a.reshape({-1, a.size(-1)}), b);
   values[sum->output(0)] = partial;

@@ -7,6 +7,7 @@
 #include "ir/domain_map.h"
 #include "ir/op_registry.h"
 #include "runtime/aten_evaluator.h"
+#include "runtime/buffer_ownership.h"
 #include "runtime/cuda_kernel.h"
 #include "codegen/piece_recompute.h"
 #include "support/error.h"
@@ -269,7 +270,7 @@ int64_t SegmentKernels::reusableInput(const Piece& p, const GeneratedKernel& k, 
     if (std::find(last_reads_.begin(), last_reads_.end(), v) == last_reads_.end()) continue;
     const at::Tensor& in = ins[index];
     // The runtime's value map and `ins` hold the only references; nothing else views the storage.
-    if (!in.is_cuda() || in.use_count() != 2 || in.storage().use_count() != 1) continue;
+    if (!in.is_cuda() || !ownsItsBuffer(in, 2)) continue;
     if (!in.is_contiguous() || in.storage_offset() != 0 || in.sizes() != c10::IntArrayRef(k.output_sizes[out]) ||
         in.scalar_type() != toAten(tv->dtype()) || in.storage().nbytes() != in.nbytes()) {
       continue;
