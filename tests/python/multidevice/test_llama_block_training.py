@@ -73,6 +73,9 @@ def test_llama_block_forward_then_backward_from_saved_activations(multidevice_te
                                                               local))
     comms = [k for k in prof.profile.kernel_profiles if k.scheduler == "communication"]
     kinds = blocks.communications(prof.profile)
+    # The partial sums (gate + up, q + k + v) are added by the GEMMs into the first partial's buffer
+    # before their communication, on every mesh size and form (host/gemm_accumulate.cpp).
+    assert backward.host_program().count("(gemm_accumulate)") == 3, backward.host_program()
     activation = b * s * e * 4  # float32 bytes of one whole [b, s, e] activation
     if d == 1:
         assert kinds == []
