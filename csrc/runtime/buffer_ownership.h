@@ -10,7 +10,7 @@ namespace mf {
 // arguments). A view whose base is held by that view alone counts as sole owner: ATen returns such
 // views (a linear of a 3-D input is a 2-D GEMM's output viewed as 3-D), and with gradients enabled
 // the view keeps its base, so the storage has two users though no one else can reach it.
-inline bool ownsItsBuffer(const at::Tensor& t, long references) {
+inline bool ownsItsBuffer(const at::Tensor& t, size_t references) {
   if (t.use_count() != references) return false;
   const auto users = t.storage().use_count();
   if (users == 1) return true;
