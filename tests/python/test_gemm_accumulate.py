@@ -23,13 +23,13 @@ def _segments(fd):
     return re.findall(r"run segment \d+ \((\w+)\): (.*)", fd.host_program())
 
 
-def _summed_linears(extra_reader=False, bias=False, dtype=DataType.Float):
+def _summed_linears(extra_reader=False, bias=False, dtype=DataType.Float, rows=ROWS):
     """linear(a, w1) + linear(b, w2) (+ a bias on the second); extra_reader: the first partial is
     also an output."""
     with FusionDefinition() as fd:
-        a = fd.define_tensor([ROWS, K1], dtype=dtype)
+        a = fd.define_tensor([rows, K1], dtype=dtype)
         w1 = fd.define_tensor([N, K1], dtype=dtype)
-        b = fd.define_tensor([ROWS, K2], dtype=dtype)
+        b = fd.define_tensor([rows, K2], dtype=dtype)
         w2 = fd.define_tensor([N, K2], dtype=dtype)
         bias_tv = fd.define_tensor([N], dtype=dtype) if bias else None
         first = fd.ops.linear(a, w1)
@@ -40,9 +40,9 @@ def _summed_linears(extra_reader=False, bias=False, dtype=DataType.Float):
     return fd
 
 
-def _linear_inputs(bias=False, dtype=torch.float32):
+def _linear_inputs(bias=False, dtype=torch.float32, rows=ROWS):
     g = torch.Generator().manual_seed(0)
-    shapes = [(ROWS, K1), (N, K1), (ROWS, K2), (N, K2)] + ([(N,)] if bias else [])
+    shapes = [(rows, K1), (N, K1), (rows, K2), (N, K2)] + ([(N,)] if bias else [])
     return [torch.randn(s, generator=g).to(dtype) for s in shapes]
 
 
@@ -102,15 +102,11 @@ def _with_option_disabled(monkeypatch, run):
 def test_disable_option_keeps_the_add_kernel(monkeypatch):
     """Read when a program is lowered (no fold) and when it runs (a program lowered before runs its
     GEMM and add one after the other)."""
-    global ROWS
-    old_rows, ROWS = ROWS, ROWS + 3  # a definition not lowered yet: host programs are cached
-    try:
-        fd = _summed_linears()
-        inputs = _linear_inputs()
-        _with_option_disabled(monkeypatch, lambda: torch.testing.assert_close(fd.execute(inputs)[0], _reference(inputs)))
-        assert [s for s, _ in _segments(fd)] == ["expr_eval"] * 3, fd.host_program()
-    finally:
-        ROWS = old_rows
+    # Another row count: a definition not lowered yet (host programs are cached by definition).
+    fd = _summed_linears(rows=ROWS + 3)
+    inputs = _linear_inputs(rows=ROWS + 3)
+    _with_option_disabled(monkeypatch, lambda: torch.testing.assert_close(fd.execute(inputs)[0], _reference(inputs)))
+    assert [s for s, _ in _segments(fd)] == ["expr_eval"] * 3, fd.host_program()
     lowered = _summed_linears()
     inputs = _linear_inputs()
     lowered.execute(inputs)
