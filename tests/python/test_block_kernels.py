@@ -73,7 +73,7 @@ def test_norm_backward_statistics_share_the_kernel_of_the_rest_on_one_device():
     fd = blocks.llama_backward_definition(B, S, H, HD, FFN, 1, "tp", DataType.BFloat16, kv_heads=KV)
     kv = KV * HD
     shapes = {"normed0": [B, S, e], "q": [B, S, e], "k": [B, S, kv], "v": [B, S, kv], "attn": [B, S, e],
-              "res0": [B, S, e], "normed1": [B, S, e], "gate": [B, S, FFN], "up": [B, S, FFN]}
+              "res0": [B, S, e], "normed1": [B, S, e], "gate": [B, S, FFN], "up": [B, S, FFN], "gated": [B, S, FFN]}
     saved = [meta([B, H, S], torch.float32) if n == "lse" else meta([], torch.int64) if n in ("seed", "offset")
              else meta(shapes[n]) for n in blocks.LLAMA_SAVED]
     llama = generated_kernels(fd, [meta([B, S, e])] + saved +
