@@ -165,7 +165,8 @@ bool keepsFlatOrder(const Expr* e) {
 // The flat views of a kernel piece that ATen makes instead of the kernel: `leading`, views of the
 // piece's inputs that later work reads (the kernel would store a copy: an autograd graph's
 // broadcast of the gate, read by silu here and by its derivative after a GEMM); `trailing`, views
-// that nothing in the piece reads (the kernel would store y and squeeze(y), the same data twice).
+// that nothing in the piece reads (the kernel would store y and squeeze(y), the same data twice),
+// reshapes of the kernel's own outputs among them.
 // Never where the view would make a fusion output alias a fusion input or another output.
 struct PeeledViews {
   std::vector<Expr*> leading, trailing;
@@ -178,7 +179,11 @@ PeeledViews viewsATenMakes(const std::vector<Expr*>& exprs, const Fusion& fusion
   }
   PeeledViews views;
   for (Expr* e : exprs) {
-    if (!keepsFlatOrder(e)) continue;
+    // A reshape of a tensor the kernel writes (contiguous) is a view too: the kernel would store
+    // d_gate and its [rows, ffn] flattening, the same data twice (Llama's SwiGLU backward).
+    const bool regroups_kernel_output = opInfo(e->op()).cuda_keeps_flat_order && e->inputs().size() == 1 &&
+                                        e->outputs().size() == 1 && made.count(e->inputs()[0]);
+    if (!keepsFlatOrder(e) && !regroups_kernel_output) continue;
     const Val* in = e->inputs()[0];
     const Val* out = e->out();
     if (fusion.isOutput(out) && (fusion.isInput(in) || fusion.isOutput(in))) continue;
@@ -385,6 +390,8 @@ void SegmentKernels::plan(const std::vector<Expr*>& exprs, const Fusion& fusion,
     auto viewsPiece = [](const std::vector<Expr*>& exprs) {
       Piece v;
       v.exprs = exprs;
+      // Inputs and outputs, so finishOne can tell the reshapes among them are views once run.
+      v.segment = makeKernelSegment(exprs, [](const Val*) { return true; });
       return v;
     };
     if (!views.leading.empty()) finishOne(viewsPiece(views.leading));

@@ -123,3 +123,24 @@ def test_flat_views_are_made_by_aten_not_stored_by_kernels():
     out_sq, out_mul = fd.execute(inputs)
     torch.testing.assert_close(out_sq, a)
     torch.testing.assert_close(out_mul, (dy_ref.float() * inputs[0].float()).bfloat16().float().mul(a.float()).bfloat16())
+
+
+def test_llama_backward_swiglu_kernel_writes_two_tensors():
+    """The forward saves silu(gate) * up (LLAMA_SAVED "gated"), so the backward's SwiGLU kernel
+    reads the incoming gradient, gate and up and writes d_gate and d_up only: no silu recomputed for
+    w_down's gradient, and d_gate's [rows, ffn] flattening for w_gate's gradient is a view ATen
+    makes, not a second store of the same data."""
+    e, kv = H * HD, KV * HD
+    fd = blocks.llama_backward_definition(B, S, H, HD, FFN, 1, "tp", DataType.BFloat16, kv_heads=KV)
+    shapes = {"normed0": [B, S, e], "q": [B, S, e], "k": [B, S, kv], "v": [B, S, kv], "attn": [B, S, e],
+              "res0": [B, S, e], "normed1": [B, S, e], "gate": [B, S, FFN], "up": [B, S, FFN], "gated": [B, S, FFN]}
+    saved = [meta([B, H, S], torch.float32) if n == "lse" else meta([], torch.int64) if n in ("seed", "offset")
+             else meta(shapes[n]) for n in blocks.LLAMA_SAVED]
+    inputs = [meta([B, S, e])] + saved + [meta(s) for s in blocks.llama_shapes(B, S, e, HD, FFN, kv_heads=KV).values()]
+    sources = fd.cuda_kernels(inputs)
+    kernels = generated_kernels(fd, inputs)
+    assert not any("silu" in ops for _, ops in kernels), kernels
+    swiglu = [src for src in sources if "= sigmoid(T" in src]
+    assert len(swiglu) == 1, kernels
+    params = re.findall(r"\n    (const )?mf_bf16\* __restrict__ T\d+", swiglu[0])
+    assert params.count("const ") == 3 and params.count("") == 2, params
