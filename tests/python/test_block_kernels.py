@@ -62,6 +62,13 @@ def test_gpt_backward_gelu_backward_and_bias_gradient_are_one_kernel():
     # The backward of the block's one GELU (the W2 gradient's recomputed GELU is a gelu op).
     assert len(with_erf) == 1, kernels
     assert "sum" in with_erf[0], with_erf
+    # It writes d_pre once, its bias gradient and the recomputed GELU: d_pre's [rows, 4e]
+    # flattening, which W1's gradient reads, is a view ATen makes after it, not a second store.
+    assert "reshape" not in with_erf[0], with_erf
+    source = [src for src in fd.cuda_kernels(inputs) if "= erf(T" in src]
+    assert len(source) == 1
+    params = re.findall(r"\n    (const )?mf_bf16\* __restrict__ T\d+", source[0])
+    assert params.count("") == 3, params
 
 
 def test_norm_backward_statistics_share_the_kernel_of_the_rest_on_one_device():
