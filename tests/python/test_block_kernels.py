@@ -36,6 +36,16 @@ def meta(shape, dtype=torch.bfloat16):
     return torch.empty(shape, dtype=dtype, device="meta")
 
 
+def llama_backward_meta_inputs():
+    """The Llama backward definition's inputs (dy, LLAMA_SAVED, LLAMA_PARAMS) as meta tensors."""
+    e, kv = H * HD, KV * HD
+    shapes = {"normed0": [B, S, e], "q": [B, S, e], "k": [B, S, kv], "v": [B, S, kv], "attn": [B, S, e],
+              "res0": [B, S, e], "normed1": [B, S, e], "gate": [B, S, FFN], "up": [B, S, FFN], "gated": [B, S, FFN]}
+    saved = [meta([B, H, S], torch.float32) if n == "lse" else meta([], torch.int64) if n in ("seed", "offset")
+             else meta(shapes[n]) for n in blocks.LLAMA_SAVED]
+    return [meta([B, S, e])] + saved + [meta(s) for s in blocks.llama_shapes(B, S, e, HD, FFN, kv_heads=KV).values()]
+
+
 def test_llama_forward_rope_and_swiglu_kernels():
     e = H * HD
     fd = blocks.llama_forward_definition(B, S, H, HD, FFN, 1, "tp", DataType.BFloat16, kv_heads=KV, save=True)
@@ -78,13 +88,7 @@ def test_norm_backward_statistics_share_the_kernel_of_the_rest_on_one_device():
     and LayerNorm's wrote x - mean in float for the next one)."""
     e = H * HD
     fd = blocks.llama_backward_definition(B, S, H, HD, FFN, 1, "tp", DataType.BFloat16, kv_heads=KV)
-    kv = KV * HD
-    shapes = {"normed0": [B, S, e], "q": [B, S, e], "k": [B, S, kv], "v": [B, S, kv], "attn": [B, S, e],
-              "res0": [B, S, e], "normed1": [B, S, e], "gate": [B, S, FFN], "up": [B, S, FFN], "gated": [B, S, FFN]}
-    saved = [meta([B, H, S], torch.float32) if n == "lse" else meta([], torch.int64) if n in ("seed", "offset")
-             else meta(shapes[n]) for n in blocks.LLAMA_SAVED]
-    llama = generated_kernels(fd, [meta([B, S, e])] + saved +
-                              [meta(s) for s in blocks.llama_shapes(B, S, e, HD, FFN, kv_heads=KV).values()])
+    llama = generated_kernels(fd, llama_backward_meta_inputs())
     assert "wait 0" in fd.host_program().split("post 0")[1].splitlines()[1], fd.host_program()
     gpt_fd = blocks.gpt_backward_definition(B, S, H, HD, 1, "tp", DataType.BFloat16)
     gpt_saved = {"lse": meta([B, H, S], torch.float32), "seed": meta([], torch.int64),
@@ -137,13 +141,8 @@ def test_llama_backward_swiglu_kernel_writes_two_tensors():
     reads the incoming gradient, gate and up and writes d_gate and d_up only: no silu recomputed for
     w_down's gradient, and d_gate's [rows, ffn] flattening for w_gate's gradient is a view ATen
     makes, not a second store of the same data."""
-    e, kv = H * HD, KV * HD
     fd = blocks.llama_backward_definition(B, S, H, HD, FFN, 1, "tp", DataType.BFloat16, kv_heads=KV)
-    shapes = {"normed0": [B, S, e], "q": [B, S, e], "k": [B, S, kv], "v": [B, S, kv], "attn": [B, S, e],
-              "res0": [B, S, e], "normed1": [B, S, e], "gate": [B, S, FFN], "up": [B, S, FFN], "gated": [B, S, FFN]}
-    saved = [meta([B, H, S], torch.float32) if n == "lse" else meta([], torch.int64) if n in ("seed", "offset")
-             else meta(shapes[n]) for n in blocks.LLAMA_SAVED]
-    inputs = [meta([B, S, e])] + saved + [meta(s) for s in blocks.llama_shapes(B, S, e, HD, FFN, kv_heads=KV).values()]
+    inputs = llama_backward_meta_inputs()
     sources = fd.cuda_kernels(inputs)
     kernels = generated_kernels(fd, inputs)
     assert not any("silu" in ops for _, ops in kernels), kernels
