@@ -173,16 +173,20 @@ struct PeeledViews {
 };
 PeeledViews viewsATenMakes(const std::vector<Expr*>& exprs, const Fusion& fusion) {
   std::unordered_set<const Expr*> in_piece(exprs.begin(), exprs.end());
-  std::unordered_set<const Val*> made;
+  std::unordered_set<const Val*> made, computed;  // computed: by a non-layout op, stored contiguous
   for (const Expr* e : exprs) {
-    for (const Val* v : e->outputs()) made.insert(v);
+    for (const Val* v : e->outputs()) {
+      made.insert(v);
+      if (opInfo(e->op()).kind != OpKind::Layout) computed.insert(v);
+    }
   }
   PeeledViews views;
   for (Expr* e : exprs) {
-    // A reshape of a tensor the kernel writes (contiguous) is a view too: the kernel would store
-    // d_gate and its [rows, ffn] flattening, the same data twice (Llama's SwiGLU backward).
+    // A reshape of a tensor the kernel computes (and stores contiguous) is a view too: the kernel
+    // would store d_gate and its [rows, ffn] flattening, the same data twice (Llama's SwiGLU
+    // backward). Not of a permute's output: merging permuted heads is the kernel's copy.
     const bool regroups_kernel_output = opInfo(e->op()).cuda_keeps_flat_order && e->inputs().size() == 1 &&
-                                        e->outputs().size() == 1 && made.count(e->inputs()[0]);
+                                        e->outputs().size() == 1 && computed.count(e->inputs()[0]);
     if (!keepsFlatOrder(e) && !regroups_kernel_output) continue;
     const Val* in = e->inputs()[0];
     const Val* out = e->out();
