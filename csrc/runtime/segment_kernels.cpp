@@ -166,7 +166,7 @@ bool keepsFlatOrder(const Expr* e) {
 // piece's inputs that later work reads (the kernel would store a copy: an autograd graph's
 // broadcast of the gate, read by silu here and by its derivative after a GEMM); `trailing`, views
 // that nothing in the piece reads (the kernel would store y and squeeze(y), the same data twice),
-// reshapes of the kernel's own outputs among them.
+// reshapes of values the kernel computes among them.
 // Never where the view would make a fusion output alias a fusion input or another output.
 struct PeeledViews {
   std::vector<Expr*> leading, trailing;
