@@ -9,9 +9,10 @@ cuBLASLt is reached through ctypes (the library torch already loaded), so nothin
 """
 import argparse
 import ctypes
-import statistics
 
 import torch
+
+from common import time_ms
 
 # cuBLAS / CUDA enum values (cublasLt.h, library_types.h)
 COMPUTE_32F = 68
@@ -95,21 +96,6 @@ class LtGemm:
             ctypes.c_void_p(self.out.data_ptr()), out, ctypes.c_void_p(self.out.data_ptr()), out,
             ctypes.byref(candidate.algo), ctypes.c_void_p(self.workspace.data_ptr()),
             ctypes.c_size_t(WORKSPACE_BYTES), stream)
-
-
-def time_ms(fn, iters=30, warmup=5):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        samples.append(start.elapsed_time(end))
-    return statistics.median(samples)
 
 
 def shapes(seq, hidden, kv, ffn):
